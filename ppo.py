@@ -173,6 +173,13 @@ def compute_gae(rewards, values, dones, next_value, next_done, gamma: float, gae
     return advantages, advantages + values
 
 
+def policy_loss(advantages: torch.Tensor, ratio: torch.Tensor, clip_coef: float) -> torch.Tensor:
+    """The clipped surrogate, negated for minimization (Schulman et al. 2017, eq. 7)."""
+    pg_loss1 = -advantages * ratio
+    pg_loss2 = -advantages * torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef)
+    return torch.max(pg_loss1, pg_loss2).mean()
+
+
 def fail(message: str):
     """Stop with a one-line error instead of a traceback."""
     raise SystemExit(f"error: {message}")
@@ -206,6 +213,8 @@ def check_env(env_id: str):
     try:
         env = gym.make(env_id)
     except gym.error.Error as e:
+        if "NoFrameskip" in env_id or env_id.startswith("ALE/"):
+            fail(f"{env_id} is an Atari game; use ppo_atari.py for it")
         fail(f"unknown env id {env_id!r} ({e}); list the ids with `python -c 'import gymnasium; gymnasium.pprint_registry()'`")
     obs_space, act_space = env.observation_space, env.action_space
     env.close()
@@ -471,10 +480,7 @@ if __name__ == "__main__":
                     if args.norm_adv:
                         mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
 
-                    # Policy loss
-                    pg_loss1 = -mb_advantages * ratio
-                    pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
-                    pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+                    pg_loss = policy_loss(mb_advantages, ratio, args.clip_coef)
 
                     # Value loss
                     if args.clip_vloss:

@@ -1,0 +1,85 @@
+"""Tiny envs whose every number is known, for the tests.
+
+Importing this module registers them, so scripts reach them as `--env-id tests.envs:Constant-v0`
+(gymnasium imports the module named before the colon).
+"""
+
+import gymnasium as gym
+import numpy as np
+
+
+class ConstantEnv(gym.Env):
+    """The same observation every step and reward 1; ends by termination after `terminate_at` steps
+    when given, otherwise only through the TimeLimit of its registration (truncation)."""
+
+    def __init__(self, terminate_at=None, obs_dim=1):
+        self.observation_space = gym.spaces.Box(-1.0, 1.0, (obs_dim,), np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+        self.terminate_at = terminate_at
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.ones(self.observation_space.shape, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        terminated = self.terminate_at is not None and self.t >= self.terminate_at
+        return np.ones(self.observation_space.shape, np.float32), 1.0, terminated, False, {}
+
+
+class RecorderEnv(gym.Env):
+    """Short episodes of random length (2 to 4 steps) with distinct observations and rewards.
+    `log` keeps (obs seen, action taken, reward given) for every step the env really took."""
+
+    def __init__(self):
+        self.observation_space = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
+        self.action_space = gym.spaces.Discrete(3)
+        self.log = []
+        self.episode = 0
+
+    def _obs(self):
+        return np.array([self.episode, self.t], np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.episode += 1
+        self.t = 0
+        self.length = int(self.np_random.integers(2, 5))
+        return self._obs(), {}
+
+    def step(self, action):
+        obs_before = self._obs()
+        self.t += 1
+        reward = float(self.episode * 100 + self.t)
+        self.log.append((obs_before, int(action), reward))
+        return self._obs(), reward, self.t >= self.length, False, {}
+
+
+class NaNRewardEnv(ConstantEnv):
+    """Rewards become NaN after a few hundred steps, to trip the NaN guard mid-run."""
+
+    def step(self, action):
+        self.total = getattr(self, "total", 0) + 1
+        obs, reward, terminated, truncated, info = super().step(action)
+        return obs, float("nan") if self.total > 300 else reward, terminated, truncated, info
+
+
+gym.register("Constant-v0", entry_point=ConstantEnv, max_episode_steps=10)
+gym.register("ConstantTerminal-v0", entry_point=ConstantEnv, kwargs={"terminate_at": 10})
+gym.register("Recorder-v0", entry_point=RecorderEnv)
+gym.register("NaNReward-v0", entry_point=NaNRewardEnv, max_episode_steps=10)
+gym.register("MultiDiscrete-v0", entry_point=lambda: _Spaces(gym.spaces.MultiDiscrete([2, 2])))
+gym.register("DictObs-v0", entry_point=lambda: _Spaces(gym.spaces.Discrete(2), gym.spaces.Dict({"a": gym.spaces.Discrete(2)})))
+
+
+class _Spaces(gym.Env):
+    """An env that only has spaces, for the checks that reject them."""
+
+    def __init__(self, action_space, observation_space=None):
+        self.action_space = action_space
+        self.observation_space = observation_space or gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+gym.register(
+    "ImageObs-v0", entry_point=lambda: _Spaces(gym.spaces.Discrete(2), gym.spaces.Box(0, 255, (84, 84, 3), np.uint8))
+)

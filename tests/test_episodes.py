@@ -1,0 +1,87 @@
+"""Episode ends on gymnasium 1.x: no autoreset rows in the batch, truncation bootstrapped, real returns logged."""
+
+import numpy as np
+import pytest
+import torch
+
+from tests.helpers import SCRIPTS, run
+
+GAMMA = 0.9
+T_LIMIT = 10  # the time limit of tests.envs:Constant-v0
+MEAN_REMAINING = np.mean([(1 - GAMMA**k) / (1 - GAMMA) for k in range(1, T_LIMIT + 1)])
+VALUE_RUN = ["--gamma", str(GAMMA), "--gae-lambda", "1.0", "--no-clip-vloss", "--learning-rate", "0.01"]
+VALUE_RUN += ["--num-envs", "4", "--num-steps", "20", "--total-timesteps", "8000"]
+
+
+def episode_ended(g):
+    """(num_steps, num_envs) mask of the steps that ended an episode."""
+    return torch.cat((g["dones"][1:], g["next_done"][None])).bool()
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("bootstrap,expected", [(True, 1 / (1 - GAMMA)), (False, MEAN_REMAINING)])
+def test_value_under_time_limit(script, bootstrap, expected, tmp_path):
+    """Constant observation, reward 1, time limit 10: with bootstrapping the time limit is invisible and
+    V -> 1/(1-gamma) = 10; treated as termination, V -> the mean remaining return (4.14)."""
+    flag = "--bootstrap-truncation" if bootstrap else "--no-bootstrap-truncation"
+    g = run(script, "--env-id", "tests.envs:Constant-v0", *VALUE_RUN, flag, cwd=tmp_path)
+    with torch.no_grad():
+        v = g["agent"].get_value(g["next_obs"][:1]).item()
+    assert v == pytest.approx(expected, abs=0.05 if bootstrap else 0.1)
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_truncation_carries_gamma_v_final_obs(script, tmp_path):
+    """The observation is constant, so V(final_obs) is the stored value of the same step: a truncated
+    step's reward is exactly 1 + gamma * values[t], every other step's is 1."""
+    args = ["--env-id", "tests.envs:Constant-v0", "--gamma", str(GAMMA), "--num-envs", "3", "--num-steps", "32"]
+    g = run(script, *args, "--total-timesteps", "96", cwd=tmp_path)
+    ended = episode_ended(g)
+    assert ended.sum() == 9  # 32 steps per env: three time limits each
+    torch.testing.assert_close(g["rewards"][ended], 1 + GAMMA * g["values"][ended], rtol=1e-6, atol=1e-6)
+    assert torch.all(g["rewards"][~ended] == 1)
+
+    g = run(script, *args, "--total-timesteps", "96", "--no-bootstrap-truncation", cwd=tmp_path)
+    assert episode_ended(g).sum() == 9 and torch.all(g["rewards"] == 1)
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_termination_is_not_bootstrapped(script, tmp_path):
+    args = ["--env-id", "tests.envs:ConstantTerminal-v0", "--num-envs", "3", "--num-steps", "32"]
+    g = run(script, *args, "--total-timesteps", "96", cwd=tmp_path)
+    assert episode_ended(g).sum() == 9
+    assert torch.all(g["rewards"] == 1)
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_no_phantom_rows(script, tmp_path):
+    """Episodes of 2-4 steps: every stored row is a step the env really took, with the env's own
+    observation, action and reward; none is an autoreset step whose action was ignored."""
+    num_steps, iterations = 32, 2
+    args = ["--env-id", "tests.envs:Recorder-v0", "--num-envs", "2", "--num-steps", str(num_steps)]
+    g = run(script, *args, "--total-timesteps", str(2 * num_steps * iterations), cwd=tmp_path)
+    for i, env in enumerate(g["envs"].envs):
+        log = env.unwrapped.log
+        assert len(log) == num_steps * iterations  # not one step more than the rollouts stored
+        last = log[-num_steps:]
+        np.testing.assert_array_equal(g["obs"][:, i].numpy(), np.stack([o for o, _, _ in last]))
+        np.testing.assert_array_equal(g["actions"][:, i].numpy(), [a for _, a, _ in last])
+        np.testing.assert_array_equal(g["rewards"][:, i].numpy(), [r for _, _, r in last])
+        # a step ended its episode exactly when the env's next step (or its current state) is a new episode
+        episode_ids = [o[0] for o, _, _ in last] + [env.unwrapped.episode]
+        ended_in_env = np.array(episode_ids[1:]) != np.array(episode_ids[:-1])
+        assert ended_in_env.sum() >= num_steps // 4
+        np.testing.assert_array_equal(episode_ended(g)[:, i].numpy(), ended_in_env)
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_logged_returns_are_whole_episodes(script, tmp_path):
+    g = run(script, "--env-id", "tests.envs:Recorder-v0", "--num-envs", "2", "--num-steps", "32", "--total-timesteps", "128", cwd=tmp_path)
+    expected = []
+    for env in g["envs"].envs:
+        episodes = {}
+        for o, _, r in env.unwrapped.log:
+            episodes.setdefault(int(o[0]), []).append(r)
+        finished = sorted(episodes)[:-1]  # the current episode of each env has not ended yet
+        expected += [sum(episodes[e]) for e in finished]
+    assert sorted(g["recent_returns"]) == sorted(expected)

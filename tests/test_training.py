@@ -1,0 +1,115 @@
+"""The update loop: ratio 1 on the first minibatch, determinism, exact resume, Ctrl-C, NaN guard, IPython."""
+
+import os
+import signal
+import subprocess
+import sys
+
+import gymnasium as gym
+import pytest
+import torch
+
+from tests.helpers import ROOT, SCRIPTS, TINY, checkpoint_path, cli, params, run, same_params
+
+
+def interrupt_at_call(monkeypatch, cls, name, call_number):
+    """Make cls.name raise KeyboardInterrupt (as Ctrl-C would) on its `call_number`-th call."""
+    original, calls = getattr(cls, name), [0]
+
+    def wrapper(self, *a, **kw):
+        calls[0] += 1
+        if calls[0] == call_number:
+            raise KeyboardInterrupt
+        return original(self, *a, **kw)
+
+    monkeypatch.setattr(cls, name, wrapper)
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_first_minibatch_ratio_is_exactly_one(script, tmp_path, monkeypatch):
+    """Stop at the first optimizer step: the log-probs recomputed for the first minibatch of the first
+    epoch equal the stored ones bit for bit (episode ends fall inside this rollout)."""
+    interrupt_at_call(monkeypatch, torch.optim.Adam, "step", 1)
+    g = run(script, "--num-envs", "4", "--num-steps", "128", "--total-timesteps", "1024", cwd=tmp_path)
+    assert g["dones"].sum() > 0
+    assert g["iteration"] == 1 and len(g["mb_inds"]) == g["args"].minibatch_size
+    assert torch.equal(g["newlogprob"].detach(), g["b_logprobs"][g["mb_inds"]])
+    assert torch.all(g["ratio"] == 1)
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_same_seed_same_parameters(script, tmp_path):
+    argv = [*TINY, "--total-timesteps", "320"]
+    a = params(run(script, *argv, "--seed", "3", cwd=tmp_path)["agent"])
+    b = params(run(script, *argv, "--seed", "3", cwd=tmp_path)["agent"])
+    c = params(run(script, *argv, "--seed", "4", cwd=tmp_path)["agent"])
+    assert same_params(a, b)
+    assert not same_params(a, c)
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_interrupted_then_resumed_equals_uninterrupted(script, tmp_path, monkeypatch):
+    """2N iterations straight, versus Ctrl-C in the middle of iteration N+1 then --resume: same parameters."""
+    argv = [*TINY, "--total-timesteps", "320", "--save-model"]  # 10 iterations of 2 envs x 16 steps
+    straight = params(run(script, *argv, cwd=tmp_path / "a")["agent"])
+
+    with monkeypatch.context() as m:
+        interrupt_at_call(m, gym.vector.SyncVectorEnv, "step", 5 * 16 + 7)
+        run(script, *argv, cwd=tmp_path / "b")
+    ckpt = torch.load(checkpoint_path(tmp_path / "b"), weights_only=False)
+    assert ckpt["iteration"] == 5 and ckpt["global_step"] == 5 * 32
+
+    resumed = run(script, *argv, "--resume", str(checkpoint_path(tmp_path / "b")), cwd=tmp_path / "c")
+    assert resumed["global_step"] == 320
+    assert same_params(straight, params(resumed["agent"]))
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_nan_stops_and_keeps_last_good_checkpoint(script, tmp_path):
+    argv = ["--env-id", "tests.envs:NaNReward-v0", *TINY, "--total-timesteps", "2000", "--save-model"]
+    result = cli(script, *argv, cwd=tmp_path)
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: the loss became nan at iteration 19")  # env step 301 comes in iteration 19 (16 a time)
+    ckpt = torch.load(checkpoint_path(tmp_path), weights_only=False)
+    assert ckpt["iteration"] == 18
+    assert all(torch.isfinite(p).all() for p in ckpt["agent"].values())
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_ctrl_c_signal_saves_flushes_and_closes(script, tmp_path):
+    """A real SIGINT: the process exits cleanly, the checkpoint and the TensorBoard log are on disk."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+    argv = [sys.executable, str(ROOT / script), "--save-model", "--total-timesteps", "1000000"]
+    proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in proc.stdout:
+        if line.startswith("iter 3/"):
+            break
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "interrupted during iteration" in out and "Traceback" not in err
+    ckpt = torch.load(checkpoint_path(tmp_path), weights_only=False)
+    assert ckpt["iteration"] >= 2  # the last whole iteration before the signal (3, or 2 if it hit the snapshot)
+    (events,) = list(tmp_path.glob("runs/*/events.out.tfevents.*"))
+    assert events.stat().st_size > 0
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_ipython_run_leaves_the_namespace(script, tmp_path, monkeypatch):
+    from IPython.core.interactiveshell import InteractiveShell
+
+    monkeypatch.chdir(tmp_path)
+    shell = InteractiveShell.instance()
+    names = ["args", "envs", "agent", "optimizer", "obs", "actions", "logprobs", "rewards", "dones", "values"]
+    names += ["b_obs", "b_actions", "b_logprobs", "b_advantages", "b_returns", "b_values"]
+    shell.run_line_magic("run", f"{ROOT / script} --total-timesteps 4096")
+    assert all(name in shell.user_ns for name in names)
+    assert shell.user_ns["global_step"] == 4096 - 4096 % shell.user_ns["args"].batch_size
+
+    shell.user_ns.clear()
+    interrupt_at_call(monkeypatch, gym.vector.SyncVectorEnv, "step", 200)  # Ctrl-C in the second rollout (128 steps each)
+    shell.run_line_magic("run", f"{ROOT / script} --total-timesteps 4096")
+    assert all(name in shell.user_ns for name in names)
+    assert shell.user_ns["iteration"] == 2
