@@ -282,6 +282,7 @@ def evaluate(args: Args, run_name: str, device: torch.device) -> list:
     )
     agent = Agent(envs).to(device)
     agent.load_state_dict(ckpt["agent"])
+    torch.manual_seed(args.seed)  # sampled actions: the same seed plays the same episodes
     obs, _ = envs.reset(seed=args.seed)
     episodic_returns = []
     while len(episodic_returns) < args.eval_episodes:
