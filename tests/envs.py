@@ -80,6 +80,6 @@ class _Spaces(gym.Env):
     def __init__(self, action_space, observation_space=None):
         self.action_space = action_space
         self.observation_space = observation_space or gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
-gym.register(
-    "ImageObs-v0", entry_point=lambda: _Spaces(gym.spaces.Discrete(2), gym.spaces.Box(0, 255, (84, 84, 3), np.uint8))
-)
+
+
+gym.register("ImageObs-v0", entry_point=lambda: _Spaces(gym.spaces.Discrete(2), gym.spaces.Box(0, 255, (84, 84, 3), np.uint8)))

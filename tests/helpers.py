@@ -54,7 +54,7 @@ def params(agent) -> list:
 
 
 def same_params(a, b) -> bool:
-    return len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b))
+    return len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
 
 
 def checkpoint_path(cwd) -> Path:

@@ -76,7 +76,18 @@ def test_no_phantom_rows(script, tmp_path):
 
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_logged_returns_are_whole_episodes(script, tmp_path):
-    g = run(script, "--env-id", "tests.envs:Recorder-v0", "--num-envs", "2", "--num-steps", "32", "--total-timesteps", "128", cwd=tmp_path)
+    g = run(
+        script,
+        "--env-id",
+        "tests.envs:Recorder-v0",
+        "--num-envs",
+        "2",
+        "--num-steps",
+        "32",
+        "--total-timesteps",
+        "128",
+        cwd=tmp_path,
+    )
     expected = []
     for env in g["envs"].envs:
         episodes = {}
