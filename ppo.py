@@ -359,7 +359,7 @@ if __name__ == "__main__":
 
     # AGENT AND OPTIMIZER
     agent = Agent(envs).to(device)
-    optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
+    optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, foreach=True)
 
     # STORAGE
     # dones[t] = 1 where obs[t] is the first observation of a new episode (the previous step ended one);

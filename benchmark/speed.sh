@@ -9,6 +9,6 @@ dir=$(mktemp -d)
 python benchmark/raw_env_sps.py ppo.py "$env_id" | tee "$dir/raw.txt"
 (cd "$dir" && python "$OLDPWD/ppo.py" --env-id "$env_id" --no-cuda) >"$dir/train.txt"
 train_sps=$(tail -n 1 "$dir/train.txt" | sed -E 's/.* SPS ([0-9]+) .*/\1/')
-raw_sps=$(sed -E 's/.*: ([0-9]+) steps\/s/\1/' "$dir/raw.txt")
+raw_sps=$(tail -n 1 "$dir/raw.txt" | sed -E 's/.*: ([0-9]+) steps\/s/\1/')
 echo "ppo.py $env_id default settings: $train_sps SPS (over the whole run)"
-python -c "print(f'ratio to raw: {$train_sps / $raw_sps:.1%}')"
+python -c "print(f'ratio to raw (actions drawn in advance): {$train_sps / $raw_sps:.1%}')"
