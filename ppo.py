@@ -240,7 +240,7 @@ def load_checkpoint(path: str, args: Args) -> dict:
     except Exception as e:
         fail(f"checkpoint {path!r} could not be read ({type(e).__name__}); it is corrupt or not a checkpoint")
     script = os.path.basename(__file__)
-    if not isinstance(ckpt, dict) or "script" not in ckpt:
+    if not isinstance(ckpt, dict) or not {"script", "args", "agent"} <= ckpt.keys():
         fail(f"{path!r} is not a checkpoint saved by {script} --save-model")
     if ckpt["script"] != script:
         fail(f"{path!r} was saved by {ckpt['script']}, not {script}; run it with {ckpt['script']}")

@@ -69,7 +69,9 @@ def test_bad_checkpoints(script, tmp_path):
     assert "could not be read" in error_of(script, "--eval-checkpoint", "corrupt.pt", cwd=tmp_path)
     torch.save({"weight": torch.zeros(1)}, tmp_path / "state_dict.pt")
     assert "is not a checkpoint saved by" in error_of(script, "--resume", "state_dict.pt", cwd=tmp_path)
-    torch.save({"script": "other_script.py", "args": {"env_id": "CartPole-v1"}}, tmp_path / "other.pt")
+    torch.save({"script": script}, tmp_path / "partial.pt")
+    assert "is not a checkpoint saved by" in error_of(script, "--resume", "partial.pt", cwd=tmp_path)
+    torch.save({"script": "other_script.py", "args": {"env_id": "CartPole-v1"}, "agent": {}}, tmp_path / "other.pt")
     assert "run it with other_script.py" in error_of(script, "--eval-checkpoint", "other.pt", cwd=tmp_path)
 
     run(script, *TINY, "--total-timesteps", "32", "--save-model", "--env-id", "Acrobot-v1", cwd=tmp_path)
