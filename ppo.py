@@ -221,7 +221,7 @@ def check_env(env_id: str):
     if isinstance(act_space, gym.spaces.Box):
         fail(f"{env_id} has continuous (Box) actions; use ppo_continuous_action.py for it")
     if not isinstance(act_space, gym.spaces.Discrete):
-        fail(f"{env_id} has a {type(act_space).__name__} action space; ppo.py needs Discrete actions")
+        fail(f"{env_id} has a {type(act_space).__name__} action space; {os.path.basename(__file__)} needs Discrete actions")
     if isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) in (2, 3):
         fail(f"{env_id} has image observations of shape {obs_space.shape}; use ppo_atari.py for images")
     if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
