@@ -386,7 +386,7 @@ if __name__ == "__main__":
             envs.envs[:] = pickle.loads(ckpt["envs"])  # the sub-envs mid-episode, with their RNGs and wrappers
             next_obs_np = ckpt["next_obs"]
         else:
-            print("notice: the checkpoint holds no env state (video capture); new episodes start here")
+            print("notice: the checkpoint holds no env state (it could not be pickled); new episodes start here")
         random.setstate(ckpt["rng"]["python"])
         np.random.set_state(ckpt["rng"]["numpy"])
         torch.set_rng_state(ckpt["rng"]["torch"])

@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPTS = ["ppo.py"]
+SCRIPTS = ["ppo.py", "ppo_rnn.py"]
 TINY = ["--num-envs", "2", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "2"]
 
 
@@ -60,3 +60,16 @@ def same_params(a, b) -> bool:
 def checkpoint_path(cwd) -> Path:
     (path,) = list(Path(cwd).glob("runs/*/*.pt"))
     return path
+
+
+def interrupt_at_call(monkeypatch, cls, name, call_number):
+    """Make cls.name raise KeyboardInterrupt (as Ctrl-C would) on its `call_number`-th call."""
+    original, calls = getattr(cls, name), [0]
+
+    def wrapper(self, *a, **kw):
+        calls[0] += 1
+        if calls[0] == call_number:
+            raise KeyboardInterrupt
+        return original(self, *a, **kw)
+
+    monkeypatch.setattr(cls, name, wrapper)

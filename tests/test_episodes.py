@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.helpers import SCRIPTS, run
+from tests.helpers import SCRIPTS, interrupt_at_call, run
 
 GAMMA = 0.9
 T_LIMIT = 10  # the time limit of tests.envs:Constant-v0
@@ -22,32 +22,50 @@ def episode_ended(g):
 @pytest.mark.parametrize("bootstrap,expected", [(True, 1 / (1 - GAMMA)), (False, MEAN_REMAINING)])
 def test_value_under_time_limit(script, bootstrap, expected, tmp_path):
     """Constant observation, reward 1, time limit 10: with bootstrapping the time limit is invisible and
-    V -> 1/(1-gamma) = 10; treated as termination, V -> the mean remaining return (4.14)."""
+    V -> 1/(1-gamma) = 10 everywhere; treated as termination, the values of the last rollout (which
+    covers every step of an episode equally often) average the mean remaining return, 4.14. A
+    recurrent agent can tell the steps apart, so only the average is checked there."""
     flag = "--bootstrap-truncation" if bootstrap else "--no-bootstrap-truncation"
     g = run(script, "--env-id", "tests.envs:Constant-v0", *VALUE_RUN, flag, cwd=tmp_path)
+    assert g["values"].mean().item() == pytest.approx(expected, abs=0.05 if bootstrap else 0.1)
+    if bootstrap:
+        assert torch.allclose(g["values"], torch.full_like(g["values"], expected), atol=0.1)
+
+
+def final_obs_values(g):
+    """V(final_obs) for every step of the last rollout, from the rollout's own agent (the run was
+    stopped at its first optimizer step). The observation is constant: final_obs = obs[t]."""
+    agent, obs, dones = g["agent"], g["obs"], g["dones"]
     with torch.no_grad():
-        v = g["agent"].get_value(g["next_obs"][:1]).item()
-    assert v == pytest.approx(expected, abs=0.05 if bootstrap else 0.1)
+        if "initial_lstm_state" not in g:
+            return agent.get_value(obs.flatten(0, 1)).reshape(obs.shape[:2])
+        # recurrent: the final observation continues the episode from the state after step t
+        state, out = g["initial_lstm_state"], []
+        for t in range(len(obs)):
+            _, state = agent.get_states(obs[t], state, dones[t])
+            out.append(agent.get_value(obs[t], state, torch.zeros_like(dones[t])))
+        return torch.stack(out)
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
-def test_truncation_carries_gamma_v_final_obs(script, tmp_path):
-    """The observation is constant, so V(final_obs) is the stored value of the same step: a truncated
-    step's reward is exactly 1 + gamma * values[t], every other step's is 1."""
+def test_truncation_carries_gamma_v_final_obs(script, tmp_path, monkeypatch):
+    """A truncated step's reward is exactly 1 + gamma * V(final_obs); every other step's is 1."""
+    interrupt_at_call(monkeypatch, torch.optim.Adam, "step", 1)
     args = ["--env-id", "tests.envs:Constant-v0", "--gamma", str(GAMMA), "--num-envs", "3", "--num-steps", "32"]
-    g = run(script, *args, "--total-timesteps", "96", cwd=tmp_path)
+    g = run(script, *args, "--total-timesteps", "96", "--num-minibatches", "1", cwd=tmp_path)
     ended = episode_ended(g)
     assert ended.sum() == 9  # 32 steps per env: three time limits each
-    torch.testing.assert_close(g["rewards"][ended], 1 + GAMMA * g["values"][ended], rtol=1e-6, atol=1e-6)
+    expected = 1 + GAMMA * final_obs_values(g)
+    torch.testing.assert_close(g["rewards"][ended], expected[ended], rtol=1e-6, atol=1e-6)
     assert torch.all(g["rewards"][~ended] == 1)
 
-    g = run(script, *args, "--total-timesteps", "96", "--no-bootstrap-truncation", cwd=tmp_path)
+    g = run(script, *args, "--total-timesteps", "96", "--num-minibatches", "1", "--no-bootstrap-truncation", cwd=tmp_path)
     assert episode_ended(g).sum() == 9 and torch.all(g["rewards"] == 1)
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_termination_is_not_bootstrapped(script, tmp_path):
-    args = ["--env-id", "tests.envs:ConstantTerminal-v0", "--num-envs", "3", "--num-steps", "32"]
+    args = ["--env-id", "tests.envs:ConstantTerminal-v0", "--num-envs", "3", "--num-steps", "32", "--num-minibatches", "1"]
     g = run(script, *args, "--total-timesteps", "96", cwd=tmp_path)
     assert episode_ended(g).sum() == 9
     assert torch.all(g["rewards"] == 1)
@@ -58,7 +76,7 @@ def test_no_phantom_rows(script, tmp_path):
     """Episodes of 2-4 steps: every stored row is a step the env really took, with the env's own
     observation, action and reward; none is an autoreset step whose action was ignored."""
     num_steps, iterations = 32, 2
-    args = ["--env-id", "tests.envs:Recorder-v0", "--num-envs", "2", "--num-steps", str(num_steps)]
+    args = ["--env-id", "tests.envs:Recorder-v0", "--num-envs", "2", "--num-minibatches", "2", "--num-steps", str(num_steps)]
     g = run(script, *args, "--total-timesteps", str(2 * num_steps * iterations), cwd=tmp_path)
     for i, env in enumerate(g["envs"].envs):
         log = env.unwrapped.log
@@ -76,18 +94,8 @@ def test_no_phantom_rows(script, tmp_path):
 
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_logged_returns_are_whole_episodes(script, tmp_path):
-    g = run(
-        script,
-        "--env-id",
-        "tests.envs:Recorder-v0",
-        "--num-envs",
-        "2",
-        "--num-steps",
-        "32",
-        "--total-timesteps",
-        "128",
-        cwd=tmp_path,
-    )
+    args = ["--env-id", "tests.envs:Recorder-v0", "--num-envs", "2", "--num-minibatches", "2", "--num-steps", "32"]
+    g = run(script, *args, "--total-timesteps", "128", cwd=tmp_path)
     expected = []
     for env in g["envs"].envs:
         episodes = {}

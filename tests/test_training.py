@@ -9,30 +9,19 @@ import gymnasium as gym
 import pytest
 import torch
 
-from tests.helpers import ROOT, SCRIPTS, TINY, checkpoint_path, cli, params, run, same_params
-
-
-def interrupt_at_call(monkeypatch, cls, name, call_number):
-    """Make cls.name raise KeyboardInterrupt (as Ctrl-C would) on its `call_number`-th call."""
-    original, calls = getattr(cls, name), [0]
-
-    def wrapper(self, *a, **kw):
-        calls[0] += 1
-        if calls[0] == call_number:
-            raise KeyboardInterrupt
-        return original(self, *a, **kw)
-
-    monkeypatch.setattr(cls, name, wrapper)
+from tests.helpers import ROOT, SCRIPTS, TINY, checkpoint_path, cli, interrupt_at_call, params, run, same_params
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
-def test_first_minibatch_ratio_is_exactly_one(script, tmp_path, monkeypatch):
-    """Stop at the first optimizer step: the log-probs recomputed for the first minibatch of the first
-    epoch equal the stored ones bit for bit (episode ends fall inside this rollout)."""
-    interrupt_at_call(monkeypatch, torch.optim.Adam, "step", 1)
+@pytest.mark.parametrize("iteration", [1, 2])
+def test_first_minibatch_ratio_is_exactly_one(script, iteration, tmp_path, monkeypatch):
+    """Stop at the first optimizer step of an iteration: the log-probs recomputed for the first
+    minibatch of the first epoch equal the stored ones bit for bit (episode ends fall inside this
+    rollout; in iteration 2 a recurrent agent starts from the state carried over from iteration 1)."""
+    interrupt_at_call(monkeypatch, torch.optim.Adam, "step", 1 + 16 * (iteration - 1))  # 4 epochs x 4 minibatches
     g = run(script, "--num-envs", "4", "--num-steps", "128", "--total-timesteps", "1024", cwd=tmp_path)
     assert g["dones"].sum() > 0
-    assert g["iteration"] == 1 and len(g["mb_inds"]) == g["args"].minibatch_size
+    assert g["iteration"] == iteration and len(g["mb_inds"]) == g["args"].minibatch_size
     assert torch.equal(g["newlogprob"].detach(), g["b_logprobs"][g["mb_inds"]])
     assert torch.all(g["ratio"] == 1)
 
@@ -58,6 +47,7 @@ def test_interrupted_then_resumed_equals_uninterrupted(script, tmp_path, monkeyp
         run(script, *argv, cwd=tmp_path / "b")
     ckpt = torch.load(checkpoint_path(tmp_path / "b"), weights_only=False)
     assert ckpt["iteration"] == 5 and ckpt["global_step"] == 5 * 32
+    assert ckpt["envs"] is not None  # the envs mid-episode are part of it
 
     resumed = run(script, *argv, "--resume", str(checkpoint_path(tmp_path / "b")), cwd=tmp_path / "c")
     assert resumed["global_step"] == 320

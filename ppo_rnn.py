@@ -1,0 +1,629 @@
+"""Recurrent PPO (LSTM) for discrete actions and vector observations, on gymnasium 1.x.
+
+    python ppo_rnn.py                               # CartPoleNoVel-v1: CartPole without its velocities
+    python ppo_rnn.py --env-id AcrobotNoVel-v1 --seed 2 --save-model
+    python ppo_rnn.py --eval-checkpoint runs/<run>/ppo_rnn.pt --eval-greedy
+    python ppo.py --env-id ppo_rnn:CartPoleNoVel-v1 # the same masked task for the memoryless ppo.py
+
+The recurrent twin of ppo.py: `diff ppo.py ppo_rnn.py` is what memory adds. The LSTM state is
+zeroed at every episode start, kept at the start of each rollout, and carried across rollouts;
+minibatches are whole env sequences, replayed from the kept state with the stored done flags, so
+training sees exactly the states the rollout used. Masked (NoVel) variants of CartPole-v1,
+Acrobot-v1 and MountainCar-v0 are registered here: their observations are positions only.
+
+Follows Schulman et al. 2017 (arXiv:1707.06347) and openai/baselines' ppo2 with every detail of
+"The 37 Implementation Details of PPO" (Huang et al. 2022), corrected for gymnasium 1.x: no
+transition from an autoreset reaches the batch, and a time-limit truncation bootstraps
+gamma * V(final_obs) instead of being treated as termination (`--no-bootstrap-truncation` restores
+the old behaviour). `%run ppo_rnn.py` in IPython leaves `agent`, the storage and `b_*` in the namespace.
+Checkpoints are pickles (optimizer, RNG and env state): load only checkpoints you trust.
+"""
+
+import copy
+import functools
+import os
+import pickle
+import random
+import time
+from collections import deque
+from dataclasses import asdict, dataclass
+from typing import Optional
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.optim as optim
+import tyro
+from torch.distributions.categorical import Categorical
+from torch.utils.tensorboard import SummaryWriter
+
+
+@dataclass
+class Args:
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment"""
+    seed: int = 1
+    """seed of the experiment"""
+    torch_deterministic: bool = True
+    """if toggled, `torch.backends.cudnn.deterministic=True`"""
+    cuda: bool = True
+    """if toggled, cuda will be used when available (CPU otherwise, with a notice)"""
+    track: bool = False
+    """if toggled, this experiment will be tracked with Weights and Biases"""
+    wandb_project_name: str = "cleanRL"
+    """the wandb's project name"""
+    wandb_entity: Optional[str] = None
+    """the entity (team) of wandb's project"""
+    capture_video: bool = False
+    """whether to capture videos of the agent performances (check out `videos` folder)"""
+    save_model: bool = False
+    """whether to save a checkpoint to `runs/{run_name}/{exp_name}.pt` (at the end, on Ctrl-C or NaN)"""
+    resume: Optional[str] = None
+    """path of a checkpoint to continue training from (same env id and number of envs)"""
+    eval_checkpoint: Optional[str] = None
+    """path of a checkpoint to evaluate instead of training"""
+    eval_episodes: int = 10
+    """the number of episodes to play with `--eval-checkpoint`"""
+    eval_greedy: bool = False
+    """if toggled, evaluation takes the most likely action instead of sampling"""
+
+    env_id: str = "CartPoleNoVel-v1"
+    """the id of the environment"""
+    total_timesteps: int = 500000
+    """total timesteps of the experiments"""
+    learning_rate: float = 2.5e-4
+    """the learning rate of the optimizer"""
+    num_envs: int = 4
+    """the number of parallel game environments"""
+    num_steps: int = 128
+    """the number of steps to run in each environment per policy rollout"""
+    anneal_lr: bool = True
+    """Toggle learning rate annealing for policy and value networks"""
+    gamma: float = 0.99
+    """the discount factor gamma"""
+    gae_lambda: float = 0.95
+    """the lambda for the general advantage estimation"""
+    num_minibatches: int = 4
+    """the number of mini-batches (each holds num_envs / num_minibatches whole env sequences)"""
+    update_epochs: int = 4
+    """the K epochs to update the policy"""
+    norm_adv: bool = True
+    """Toggles advantages normalization (per minibatch)"""
+    clip_coef: float = 0.2
+    """the surrogate clipping coefficient"""
+    clip_vloss: bool = True
+    """Toggles whether or not to use a clipped loss for the value function, as per the paper."""
+    ent_coef: float = 0.01
+    """coefficient of the entropy"""
+    vf_coef: float = 0.5
+    """coefficient of the value function"""
+    max_grad_norm: float = 0.5
+    """the maximum norm for the gradient clipping"""
+    target_kl: Optional[float] = None
+    """stop the update of an iteration before the first minibatch whose approx KL exceeds it"""
+    bootstrap_truncation: bool = True
+    """bootstrap gamma * V(final_obs) at time-limit truncations (off: treat them as termination)"""
+    lstm_hidden_size: int = 128
+    """the size of the LSTM state"""
+
+    batch_size: int = 0
+    """the batch size (computed in runtime)"""
+    minibatch_size: int = 0
+    """the mini-batch size (computed in runtime)"""
+    num_iterations: int = 0
+    """the number of iterations (computed in runtime)"""
+
+
+class MaskVelocity(gym.ObservationWrapper):
+    """Keep only the observation entries in `keep` (positions), hiding the velocities."""
+
+    def __init__(self, env: gym.Env, keep: list):
+        super().__init__(env)
+        self.keep = np.array(keep)
+        space = env.observation_space
+        self.observation_space = gym.spaces.Box(space.low[self.keep], space.high[self.keep], dtype=space.dtype)
+
+    def observation(self, observation):
+        return observation[self.keep]
+
+
+def make_masked(env_id: str, keep: list, **kwargs) -> gym.Env:
+    return MaskVelocity(gym.make(env_id, **kwargs), keep)
+
+
+# x and angle of CartPole; cos/sin of both Acrobot joints; MountainCar's position
+for masked_id, env_id, keep in [
+    ("CartPoleNoVel-v1", "CartPole-v1", [0, 2]),
+    ("AcrobotNoVel-v1", "Acrobot-v1", [0, 1, 2, 3]),
+    ("MountainCarNoVel-v0", "MountainCar-v0", [0]),
+]:
+    gym.registry.pop(masked_id, None)  # a second %run registers its own classes, so that checkpoints pickle them
+    gym.register(masked_id, entry_point=functools.partial(make_masked, env_id, keep))
+
+
+def make_env(env_id: str, idx: int, capture_video: bool, run_name: str):
+    def thunk():
+        if capture_video and idx == 0:
+            env = gym.make(env_id, render_mode="rgb_array")
+            env = gym.wrappers.RecordVideo(env, f"videos/{run_name}")
+        else:
+            env = gym.make(env_id)
+        env = gym.wrappers.RecordEpisodeStatistics(env)
+        return env
+
+    return thunk
+
+
+def layer_init(layer: nn.Linear, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Linear:
+    torch.nn.init.orthogonal_(layer.weight, std)
+    torch.nn.init.constant_(layer.bias, bias_const)
+    return layer
+
+
+class Agent(nn.Module):
+    def __init__(self, envs: gym.vector.VectorEnv, lstm_hidden_size: int = 128):
+        super().__init__()
+        obs_dim = int(np.prod(envs.single_observation_space.shape))
+        self.network = nn.Sequential(
+            layer_init(nn.Linear(obs_dim, 64)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, 64)),
+            nn.Tanh(),
+        )
+        self.lstm = nn.LSTM(64, lstm_hidden_size)
+        for name, param in self.lstm.named_parameters():
+            if "bias" in name:
+                nn.init.constant_(param, 0)
+            elif "weight" in name:
+                nn.init.orthogonal_(param, 1.0)
+        self.actor = layer_init(nn.Linear(lstm_hidden_size, envs.single_action_space.n), std=0.01)
+        self.critic = layer_init(nn.Linear(lstm_hidden_size, 1), std=1.0)
+
+    def get_states(self, x: torch.Tensor, lstm_state: tuple, done: torch.Tensor):
+        """Run the LSTM over time-major x of shape (T * B, *obs_shape) from lstm_state (each (1, B, H)),
+        zeroing the state of env b before step t where done[t, b] = 1 (a new episode starts)."""
+        batch_size = lstm_state[0].shape[1]
+        hidden = self.network(x).reshape((-1, batch_size, self.lstm.input_size))  # (T, B, 64)
+        done = done.reshape((-1, batch_size))  # (T, B)
+        # one nn.LSTM call per stretch with no episode start inside it: same result as stepping
+        # one step at a time, but the replay of a 128-step sequence costs a few calls, not 128
+        starts = [0] + (torch.nonzero(done[1:].any(dim=1)).flatten() + 1).tolist() + [len(done)]
+        new_hidden = []
+        for begin, end in zip(starts[:-1], starts[1:], strict=True):
+            keep = (1.0 - done[begin]).view(1, -1, 1)
+            h, lstm_state = self.lstm(hidden[begin:end], (keep * lstm_state[0], keep * lstm_state[1]))
+            new_hidden.append(h)
+        return torch.cat(new_hidden).flatten(0, 1), lstm_state  # (T * B, H), ((1, B, H), (1, B, H))
+
+    def get_value(self, x: torch.Tensor, lstm_state: tuple, done: torch.Tensor) -> torch.Tensor:
+        hidden, _ = self.get_states(x, lstm_state, done)
+        return self.critic(hidden).squeeze(-1)  # (T * B,)
+
+    def get_action_and_value(self, x: torch.Tensor, lstm_state: tuple, done: torch.Tensor, action: Optional[torch.Tensor] = None):
+        hidden, lstm_state = self.get_states(x, lstm_state, done)
+        logits = self.actor(hidden)  # (T * B, n_actions)
+        probs = Categorical(logits=logits, validate_args=False)
+        if action is None:
+            action = probs.sample()
+        # (T * B,) action, (T * B,) log-prob, (T * B,) entropy, (T * B,) value, the state after x
+        return action, probs.log_prob(action), probs.entropy(), self.critic(hidden).squeeze(-1), lstm_state
+
+
+def compute_gae(rewards, values, dones, next_value, next_done, gamma: float, gae_lambda: float):
+    """GAE(gamma, lambda) over a (num_steps, num_envs) rollout; returns (advantages, returns).
+
+    dones[t] = 1 when obs[t] is the first observation of a new episode (the step before ended one),
+    so the trace is cut between t-1 and t. next_value/next_done belong to the observation after the
+    rollout. Truncations arrive here as dones with gamma * V(final_obs) already in the reward.
+    """
+    nextnonterminal = 1.0 - torch.cat((dones[1:], next_done[None]))  # (num_steps, num_envs)
+    nextvalues = torch.cat((values[1:], next_value[None]))
+    deltas = rewards + gamma * nextvalues * nextnonterminal - values
+    advantages = torch.zeros_like(rewards)
+    lastgaelam = torch.zeros_like(next_value)
+    for t in reversed(range(rewards.shape[0])):
+        advantages[t] = lastgaelam = deltas[t] + gamma * gae_lambda * nextnonterminal[t] * lastgaelam
+    return advantages, advantages + values
+
+
+def policy_loss(advantages: torch.Tensor, ratio: torch.Tensor, clip_coef: float) -> torch.Tensor:
+    """The clipped surrogate, negated for minimization (Schulman et al. 2017, eq. 7)."""
+    pg_loss1 = -advantages * ratio
+    pg_loss2 = -advantages * torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef)
+    return torch.max(pg_loss1, pg_loss2).mean()
+
+
+def fail(message: str):
+    """Stop with a one-line error instead of a traceback."""
+    raise SystemExit(f"error: {message}")
+
+
+def check_args(args: Args):
+    for name in ("total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs", "eval_episodes"):
+        if getattr(args, name) <= 0:
+            fail(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
+    for name in ("learning_rate", "clip_coef", "max_grad_norm", "target_kl"):
+        if getattr(args, name) is not None and not getattr(args, name) > 0:
+            fail(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
+    for name in ("ent_coef", "vf_coef"):
+        if not getattr(args, name) >= 0:
+            fail(f"--{name.replace('_', '-')} must be non-negative, got {getattr(args, name)}")
+    for name in ("gamma", "gae_lambda"):
+        if not 0 <= getattr(args, name) <= 1:
+            fail(f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(args, name)}")
+    batch_size = args.num_envs * args.num_steps
+    if args.num_envs % args.num_minibatches:
+        fail(
+            f"--num-envs {args.num_envs} is not divisible by --num-minibatches {args.num_minibatches} "
+            "(a minibatch holds whole env sequences); pick a divisor of num_envs"
+        )
+    if args.eval_checkpoint is None and args.total_timesteps < batch_size:
+        fail(f"--total-timesteps {args.total_timesteps} is less than one batch (num_envs * num_steps = {batch_size})")
+
+
+def check_env(env_id: str):
+    """Fail early, before anything is written, if the env is unknown or not of this script's kind."""
+    try:
+        env = gym.make(env_id)
+    except gym.error.Error as e:
+        if "NoFrameskip" in env_id or env_id.startswith("ALE/"):
+            fail(f"{env_id} is an Atari game; use ppo_atari.py for it")
+        fail(f"unknown env id {env_id!r} ({e}); list the ids with `python -c 'import gymnasium; gymnasium.pprint_registry()'`")
+    obs_space, act_space = env.observation_space, env.action_space
+    env.close()
+    if isinstance(act_space, gym.spaces.Box):
+        fail(f"{env_id} has continuous (Box) actions; use ppo_continuous_action.py for it")
+    if not isinstance(act_space, gym.spaces.Discrete):
+        fail(f"{env_id} has a {type(act_space).__name__} action space; {os.path.basename(__file__)} needs Discrete actions")
+    if isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) in (2, 3):
+        fail(f"{env_id} has image observations of shape {obs_space.shape}; use ppo_atari.py for images")
+    if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
+        fail(
+            f"{env_id} observations are {obs_space}, not a flat Box; "
+            "wrap the env in gymnasium.wrappers.FlattenObservation or use another script"
+        )
+
+
+def load_checkpoint(path: str, args: Args) -> dict:
+    """Load a checkpoint of this script and this env, or fail with the reason."""
+    if not os.path.isfile(path):
+        fail(f"checkpoint {path!r} does not exist; pass the path of a file saved with --save-model")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as e:
+        fail(f"checkpoint {path!r} could not be read ({type(e).__name__}); it is corrupt or not a checkpoint")
+    script = os.path.basename(__file__)
+    if not isinstance(ckpt, dict) or not {"script", "args", "agent"} <= ckpt.keys():
+        fail(f"{path!r} is not a checkpoint saved by {script} --save-model")
+    if ckpt["script"] != script:
+        fail(f"{path!r} was saved by {ckpt['script']}, not {script}; run it with {ckpt['script']}")
+    if ckpt["args"]["env_id"] != args.env_id:
+        fail(f"{path!r} was trained on {ckpt['args']['env_id']}; pass --env-id {ckpt['args']['env_id']}")
+    return ckpt
+
+
+def make_checkpoint(
+    args: Args, agent, optimizer, envs, global_step: int, iteration: int, next_obs, next_done, next_lstm_state
+) -> dict:
+    """Everything needed to continue after `iteration`, copied so that training can go on."""
+    try:
+        env_state = pickle.dumps(envs.envs)  # the sub-envs mid-episode, with their RNGs and wrappers
+    except Exception:
+        env_state = None  # a video recorder cannot be pickled: resume then starts new episodes
+    return {
+        "script": os.path.basename(__file__),
+        "args": asdict(args),
+        "agent": copy.deepcopy(agent.state_dict()),
+        "optimizer": copy.deepcopy(optimizer.state_dict()),
+        "global_step": global_step,
+        "iteration": iteration,
+        "envs": env_state,
+        "next_obs": next_obs.cpu().numpy(),
+        "next_done": next_done.cpu().numpy(),
+        "next_lstm_state": tuple(state.cpu() for state in next_lstm_state),
+        "rng": {
+            "python": random.getstate(),
+            "numpy": np.random.get_state(),
+            "torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state() if next_obs.is_cuda else None,
+        },
+    }
+
+
+def evaluate(args: Args, run_name: str, device: torch.device) -> list:
+    """Play `args.eval_episodes` episodes with a saved agent and return their returns."""
+    ckpt = load_checkpoint(args.eval_checkpoint, args)
+    envs = gym.vector.SyncVectorEnv(
+        [make_env(args.env_id, 0, args.capture_video, run_name)], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
+    )
+    agent = Agent(envs, args.lstm_hidden_size).to(device)
+    agent.load_state_dict(ckpt["agent"])
+    torch.manual_seed(args.seed)  # sampled actions: the same seed plays the same episodes
+    obs, _ = envs.reset(seed=args.seed)
+    lstm_state = (torch.zeros(1, 1, args.lstm_hidden_size, device=device),) * 2  # carried through each episode
+    done = torch.zeros(1, device=device)
+    episodic_returns = []
+    while len(episodic_returns) < args.eval_episodes:
+        with torch.inference_mode():
+            x = torch.as_tensor(obs, dtype=torch.float32, device=device)
+            hidden, lstm_state = agent.get_states(x, lstm_state, done)
+            action = agent.actor(hidden).argmax(dim=1) if args.eval_greedy else Categorical(logits=agent.actor(hidden)).sample()
+        obs, _, terminations, truncations, infos = envs.step(action.cpu().numpy())
+        done = torch.as_tensor(terminations | truncations, dtype=torch.float32, device=device)
+        if "final_info" in infos and "episode" in infos["final_info"]:
+            episodic_returns.append(float(infos["final_info"]["episode"]["r"][0]))
+            print(f"eval episode {len(episodic_returns)}: return {episodic_returns[-1]:.2f}")
+    envs.close()
+    return episodic_returns
+
+
+if __name__ == "__main__":
+    # ARGUMENTS AND RUN NAME
+    args = tyro.cli(Args)
+    check_args(args)
+    check_env(args.env_id)
+    args.batch_size = args.num_envs * args.num_steps
+    args.minibatch_size = args.batch_size // args.num_minibatches
+    args.num_iterations = args.total_timesteps // args.batch_size
+    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    if args.cuda and not torch.cuda.is_available():
+        print("notice: CUDA is not available, running on CPU")
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    # small networks: one thread avoids the synchronization cost that dominates tiny CPU matmuls
+    torch.set_num_threads(1)
+    if args.eval_checkpoint is not None:
+        returns = evaluate(args, f"{run_name}-eval", device)
+        greedy = "greedy" if args.eval_greedy else "sampled"
+        print(f"eval: {len(returns)} episodes ({greedy}), return {np.mean(returns):.2f} ± {np.std(returns):.2f}")
+        raise SystemExit(0)
+    ckpt = load_checkpoint(args.resume, args) if args.resume is not None else None
+    if ckpt is not None and ckpt["args"]["num_envs"] != args.num_envs:
+        fail(f"{args.resume!r} was trained with {ckpt['args']['num_envs']} envs; pass --num-envs {ckpt['args']['num_envs']}")
+    print(
+        f"batch size {args.batch_size}, minibatch size {args.minibatch_size}, "
+        f"{args.num_iterations} iterations of {args.update_epochs} epochs, on {device}"
+    )
+
+    # LOGGING
+    if args.track:
+        import wandb
+
+        wandb.init(
+            project=args.wandb_project_name,
+            entity=args.wandb_entity,
+            sync_tensorboard=True,
+            config=vars(args),
+            name=run_name,
+            save_code=True,
+        )
+    writer = SummaryWriter(f"runs/{run_name}")
+    writer.add_text(
+        "hyperparameters",
+        "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
+    )
+
+    # SEEDING
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+
+    # ENVS
+    # SAME_STEP autoreset: an episode's last step returns the next episode's first observation and
+    # puts the real last one in infos["final_obs"], so every step is a real transition. The default
+    # NEXT_STEP mode would spend one step per episode on a reset whose action is ignored.
+    envs = gym.vector.SyncVectorEnv(
+        [make_env(args.env_id, i, args.capture_video, run_name) for i in range(args.num_envs)],
+        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+    )
+
+    # AGENT AND OPTIMIZER
+    agent = Agent(envs, args.lstm_hidden_size).to(device)
+    optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, foreach=True)
+
+    # STORAGE
+    # dones[t] = 1 where obs[t] is the first observation of a new episode (the previous step ended one);
+    # rewards[t] includes gamma * V(final_obs) where step t hit a time limit (bootstrap_truncation).
+    storage_shape = (args.num_steps, args.num_envs)
+    obs = torch.zeros(storage_shape + envs.single_observation_space.shape, device=device)  # (num_steps, num_envs, *obs_shape)
+    actions = torch.zeros(
+        storage_shape + envs.single_action_space.shape, dtype=torch.long, device=device
+    )  # (num_steps, num_envs)
+    logprobs = torch.zeros(storage_shape, device=device)  # (num_steps, num_envs)
+    rewards = torch.zeros(storage_shape, device=device)  # (num_steps, num_envs)
+    dones = torch.zeros(storage_shape, device=device)  # (num_steps, num_envs)
+    values = torch.zeros(storage_shape, device=device)  # (num_steps, num_envs)
+
+    global_step = 0
+    start_iteration = 1
+    next_obs_np, _ = envs.reset(seed=args.seed)
+    envs.action_space.seed(args.seed)
+    if ckpt is not None:
+        agent.load_state_dict(ckpt["agent"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        global_step, start_iteration = ckpt["global_step"], ckpt["iteration"] + 1
+        if ckpt["envs"] is not None:
+            envs.envs[:] = pickle.loads(ckpt["envs"])  # the sub-envs mid-episode, with their RNGs and wrappers
+            next_obs_np = ckpt["next_obs"]
+        else:
+            print("notice: the checkpoint holds no env state (it could not be pickled); new episodes start here")
+        random.setstate(ckpt["rng"]["python"])
+        np.random.set_state(ckpt["rng"]["numpy"])
+        torch.set_rng_state(ckpt["rng"]["torch"])
+        if device.type == "cuda" and ckpt["rng"]["cuda"] is not None:
+            torch.cuda.set_rng_state(ckpt["rng"]["cuda"])
+        print(f"resumed from {args.resume} at iteration {ckpt['iteration']} (step {global_step})")
+    next_obs = torch.as_tensor(next_obs_np, dtype=torch.float32, device=device)  # (num_envs, *obs_shape)
+    next_done = torch.zeros(args.num_envs, device=device)  # (num_envs,)
+    next_lstm_state = (torch.zeros(1, args.num_envs, args.lstm_hidden_size, device=device),) * 2  # (h, c), each (1, num_envs, H)
+    if ckpt is not None and ckpt["envs"] is not None:
+        next_done = torch.as_tensor(ckpt["next_done"], device=device)
+        next_lstm_state = tuple(state.to(device) for state in ckpt["next_lstm_state"])
+    recent_returns = deque(maxlen=100)
+    checkpoint, nan_message = None, None
+    start_time, start_step = time.time(), global_step
+    iteration = start_iteration - 1
+    try:
+        for iteration in range(start_iteration, args.num_iterations + 1):
+            if args.save_model:
+                # the state between iterations: what Ctrl-C or a NaN saves, and what --resume continues exactly
+                checkpoint = make_checkpoint(
+                    args, agent, optimizer, envs, global_step, iteration - 1, next_obs, next_done, next_lstm_state
+                )
+            initial_lstm_state = (next_lstm_state[0].clone(), next_lstm_state[1].clone())  # training replays from here
+            # LEARNING-RATE ANNEALING
+            if args.anneal_lr:
+                frac = 1.0 - (iteration - 1.0) / args.num_iterations
+                optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+
+            # ROLLOUT
+            for step in range(0, args.num_steps):
+                global_step += args.num_envs
+                obs[step] = next_obs
+                dones[step] = next_done
+                with torch.inference_mode():
+                    action, logprob, _, value, next_lstm_state = agent.get_action_and_value(next_obs, next_lstm_state, next_done)
+                values[step] = value
+                actions[step] = action
+                logprobs[step] = logprob
+
+                next_obs_np, reward, terminations, truncations, infos = envs.step(action.cpu().numpy())
+                if args.bootstrap_truncation and "final_obs" in infos:
+                    # a time limit is not the end of the MDP: r + gamma * V(final_obs) (terminations get no bootstrap)
+                    trunc = np.flatnonzero(truncations & ~terminations)
+                    if len(trunc):
+                        final_obs = torch.as_tensor(np.stack(infos["final_obs"][trunc]), dtype=torch.float32, device=device)
+                        with torch.inference_mode():
+                            # the final observation continues its episode: the state after step t, no reset
+                            final_state = (next_lstm_state[0][:, trunc], next_lstm_state[1][:, trunc])
+                            final_value = agent.get_value(final_obs, final_state, torch.zeros(len(trunc), device=device))
+                            reward[trunc] += args.gamma * final_value.cpu().numpy()
+                rewards[step] = torch.as_tensor(reward, device=device)
+                next_obs = torch.as_tensor(next_obs_np, dtype=torch.float32, device=device)
+                next_done = torch.as_tensor(terminations | truncations, dtype=torch.float32, device=device)
+
+                if "final_info" in infos and "episode" in infos["final_info"]:
+                    episodes = infos["final_info"]["episode"]
+                    for i in np.flatnonzero(infos["final_info"]["_episode"]):
+                        recent_returns.append(float(episodes["r"][i]))
+                        writer.add_scalar("charts/episodic_return", episodes["r"][i], global_step)
+                        writer.add_scalar("charts/episodic_length", episodes["l"][i], global_step)
+
+            # ADVANTAGES
+            with torch.inference_mode():
+                next_value = agent.get_value(next_obs, next_lstm_state, next_done)
+            advantages, returns = compute_gae(rewards, values, dones, next_value, next_done, args.gamma, args.gae_lambda)
+
+            # FLATTEN
+            b_obs = obs.reshape((-1,) + envs.single_observation_space.shape)  # (batch, *obs_shape)
+            b_logprobs = logprobs.reshape(-1)  # (batch,)
+            b_actions = actions.reshape((-1,) + envs.single_action_space.shape)  # (batch,)
+            b_advantages = advantages.reshape(-1)  # (batch,)
+            b_returns = returns.reshape(-1)  # (batch,)
+            b_values = values.reshape(-1)  # (batch,)
+            b_dones = dones.reshape(-1)  # (batch,)
+
+            # UPDATE
+            envsperbatch = args.num_envs // args.num_minibatches
+            envinds = np.arange(args.num_envs)
+            flatinds = np.arange(args.batch_size).reshape(args.num_steps, args.num_envs)
+            clipfracs = []
+            stats = torch.zeros(6, device=device)  # sums of pg, v, entropy, old kl, kl, loss
+            num_updates = 0
+            for _epoch in range(args.update_epochs):
+                np.random.shuffle(envinds)
+                for start in range(0, args.num_envs, envsperbatch):
+                    mbenvinds = envinds[start : start + envsperbatch]
+                    mb_inds = flatinds[:, mbenvinds].ravel()  # whole sequences of these envs, time-major
+
+                    _, newlogprob, entropy, newvalue, _ = agent.get_action_and_value(
+                        b_obs[mb_inds],
+                        (initial_lstm_state[0][:, mbenvinds], initial_lstm_state[1][:, mbenvinds]),
+                        b_dones[mb_inds],
+                        b_actions[mb_inds],
+                    )
+                    assert newlogprob.shape == newvalue.shape == (args.minibatch_size,)
+                    logratio = newlogprob - b_logprobs[mb_inds]
+                    ratio = logratio.exp()
+
+                    with torch.no_grad():
+                        # http://joschu.net/blog/kl-approx.html
+                        old_approx_kl = (-logratio).mean()
+                        approx_kl = ((ratio - 1) - logratio).mean()
+                        clipfracs.append(((ratio - 1.0).abs() > args.clip_coef).float().mean())
+                    if args.target_kl is not None and approx_kl > args.target_kl:
+                        break
+
+                    mb_advantages = b_advantages[mb_inds]
+                    if args.norm_adv:
+                        mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+
+                    pg_loss = policy_loss(mb_advantages, ratio, args.clip_coef)
+
+                    # Value loss
+                    if args.clip_vloss:
+                        v_loss_unclipped = (newvalue - b_returns[mb_inds]) ** 2
+                        v_clipped = b_values[mb_inds] + torch.clamp(newvalue - b_values[mb_inds], -args.clip_coef, args.clip_coef)
+                        v_loss_clipped = (v_clipped - b_returns[mb_inds]) ** 2
+                        v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
+                    else:
+                        v_loss = 0.5 * ((newvalue - b_returns[mb_inds]) ** 2).mean()
+
+                    entropy_loss = entropy.mean()
+                    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+
+                    optimizer.zero_grad()
+                    loss.backward()
+                    nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+                    optimizer.step()
+                    stats += torch.stack((pg_loss, v_loss, entropy_loss, old_approx_kl, approx_kl, loss)).detach()
+                    num_updates += 1
+                else:
+                    continue
+                break  # target_kl reached: no further epochs either
+
+            # LOGGING
+            pg_mean, v_mean, ent_mean, old_kl_mean, kl_mean, loss_mean = (stats / max(num_updates, 1)).tolist()
+            if not np.isfinite(loss_mean):
+                nan_message = f"the loss became {loss_mean} at iteration {iteration}; training stopped"
+                break
+            y_pred, y_true = b_values.cpu().numpy(), b_returns.cpu().numpy()
+            var_y = np.var(y_true)
+            explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
+            sps = int((global_step - start_step) / (time.time() - start_time))
+            writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+            writer.add_scalar("losses/value_loss", v_mean, global_step)
+            writer.add_scalar("losses/policy_loss", pg_mean, global_step)
+            writer.add_scalar("losses/entropy", ent_mean, global_step)
+            writer.add_scalar("losses/old_approx_kl", old_kl_mean, global_step)
+            writer.add_scalar("losses/approx_kl", kl_mean, global_step)
+            writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
+            writer.add_scalar("losses/explained_variance", explained_var, global_step)
+            writer.add_scalar("charts/SPS", sps, global_step)
+            eta = (args.num_iterations - iteration) * args.batch_size / max(sps, 1)
+            recent = f"{np.mean(recent_returns):.2f}" if recent_returns else "n/a"
+            print(
+                f"iter {iteration}/{args.num_iterations} step {global_step} SPS {sps} "
+                f"return {recent} (last {len(recent_returns)}) ETA {eta // 60:.0f}m{eta % 60:02.0f}s"
+            )
+        else:
+            checkpoint = None  # finished: save the final state below
+    except KeyboardInterrupt:
+        print(f"interrupted during iteration {iteration}; closing (a checkpoint keeps the last whole iteration)")
+
+    # SAVE AND CLOSE
+    if args.save_model:
+        model_path = f"runs/{run_name}/{args.exp_name}.pt"
+        if checkpoint is None:
+            checkpoint = make_checkpoint(
+                args, agent, optimizer, envs, global_step, iteration, next_obs, next_done, next_lstm_state
+            )
+        torch.save(checkpoint, model_path)
+        print(f"checkpoint of iteration {checkpoint['iteration']} saved to {model_path}")
+    envs.close()
+    writer.close()
+    if args.track:
+        wandb.finish()
+    if nan_message is not None:
+        fail(nan_message)
