@@ -9,7 +9,7 @@ Follows Schulman et al. 2017 (arXiv:1707.06347) and openai/baselines' ppo2 with 
 "The 37 Implementation Details of PPO" (Huang et al. 2022), corrected for gymnasium 1.x: no
 transition from an autoreset reaches the batch, and a time-limit truncation bootstraps
 gamma * V(final_obs) instead of being treated as termination (`--no-bootstrap-truncation` restores
-the old behaviour). `%run ppo.py` in IPython leaves `agent`, the storage and `b_*` in the namespace.
+the old behaviour). `%run` in IPython leaves `agent`, the storage and `b_*` in the namespace.
 Checkpoints are pickles (optimizer, RNG and env state): load only checkpoints you trust.
 """
 
@@ -366,9 +366,7 @@ if __name__ == "__main__":
     # rewards[t] includes gamma * V(final_obs) where step t hit a time limit (bootstrap_truncation).
     storage_shape = (args.num_steps, args.num_envs)
     obs = torch.zeros(storage_shape + envs.single_observation_space.shape, device=device)  # (num_steps, num_envs, *obs_shape)
-    actions = torch.zeros(
-        storage_shape + envs.single_action_space.shape, dtype=torch.long, device=device
-    )  # (num_steps, num_envs)
+    actions = torch.zeros(storage_shape + envs.single_action_space.shape, dtype=torch.long, device=device)  # (num_steps, num_envs)
     logprobs = torch.zeros(storage_shape, device=device)  # (num_steps, num_envs)
     rewards = torch.zeros(storage_shape, device=device)  # (num_steps, num_envs)
     dones = torch.zeros(storage_shape, device=device)  # (num_steps, num_envs)

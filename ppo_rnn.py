@@ -5,17 +5,14 @@
     python ppo_rnn.py --eval-checkpoint runs/<run>/ppo_rnn.pt --eval-greedy
     python ppo.py --env-id ppo_rnn:CartPoleNoVel-v1 # the same masked task for the memoryless ppo.py
 
-The recurrent twin of ppo.py: `diff ppo.py ppo_rnn.py` is what memory adds. The LSTM state is
-zeroed at every episode start, kept at the start of each rollout, and carried across rollouts;
-minibatches are whole env sequences, replayed from the kept state with the stored done flags, so
-training sees exactly the states the rollout used. Masked (NoVel) variants of CartPole-v1,
-Acrobot-v1 and MountainCar-v0 are registered here: their observations are positions only.
+`diff ppo.py ppo_rnn.py` is what memory adds: an LSTM state zeroed at episode starts and carried
+across rollouts; minibatches of whole env sequences, replayed from the rollout's initial state.
 
 Follows Schulman et al. 2017 (arXiv:1707.06347) and openai/baselines' ppo2 with every detail of
 "The 37 Implementation Details of PPO" (Huang et al. 2022), corrected for gymnasium 1.x: no
 transition from an autoreset reaches the batch, and a time-limit truncation bootstraps
 gamma * V(final_obs) instead of being treated as termination (`--no-bootstrap-truncation` restores
-the old behaviour). `%run ppo_rnn.py` in IPython leaves `agent`, the storage and `b_*` in the namespace.
+the old behaviour). `%run` in IPython leaves `agent`, the storage and `b_*` in the namespace.
 Checkpoints are pickles (optimizer, RNG and env state): load only checkpoints you trust.
 """
 
@@ -132,12 +129,8 @@ def make_masked(env_id: str, keep: list, **kwargs) -> gym.Env:
     return MaskVelocity(gym.make(env_id, **kwargs), keep)
 
 
-# x and angle of CartPole; cos/sin of both Acrobot joints; MountainCar's position
-for masked_id, env_id, keep in [
-    ("CartPoleNoVel-v1", "CartPole-v1", [0, 2]),
-    ("AcrobotNoVel-v1", "Acrobot-v1", [0, 1, 2, 3]),
-    ("MountainCarNoVel-v0", "MountainCar-v0", [0]),
-]:
+# partially observable tasks: positions only (CartPole's x and pole angle, Acrobot's cos/sin of both joints)
+for masked_id, env_id, keep in [("CartPoleNoVel-v1", "CartPole-v1", [0, 2]), ("AcrobotNoVel-v1", "Acrobot-v1", [0, 1, 2, 3])]:
     gym.registry.pop(masked_id, None)  # a second %run registers its own classes, so that checkpoints pickle them
     gym.register(masked_id, entry_point=functools.partial(make_masked, env_id, keep))
 
@@ -303,9 +296,7 @@ def load_checkpoint(path: str, args: Args) -> dict:
     return ckpt
 
 
-def make_checkpoint(
-    args: Args, agent, optimizer, envs, global_step: int, iteration: int, next_obs, next_done, next_lstm_state
-) -> dict:
+def make_checkpoint(args: Args, agent, optimizer, envs, global_step: int, iteration: int, next_obs, next_done, next_lstm_state) -> dict:
     """Everything needed to continue after `iteration`, copied so that training can go on."""
     try:
         env_state = pickle.dumps(envs.envs)  # the sub-envs mid-episode, with their RNGs and wrappers
@@ -427,9 +418,7 @@ if __name__ == "__main__":
     # rewards[t] includes gamma * V(final_obs) where step t hit a time limit (bootstrap_truncation).
     storage_shape = (args.num_steps, args.num_envs)
     obs = torch.zeros(storage_shape + envs.single_observation_space.shape, device=device)  # (num_steps, num_envs, *obs_shape)
-    actions = torch.zeros(
-        storage_shape + envs.single_action_space.shape, dtype=torch.long, device=device
-    )  # (num_steps, num_envs)
+    actions = torch.zeros(storage_shape + envs.single_action_space.shape, dtype=torch.long, device=device)  # (num_steps, num_envs)
     logprobs = torch.zeros(storage_shape, device=device)  # (num_steps, num_envs)
     rewards = torch.zeros(storage_shape, device=device)  # (num_steps, num_envs)
     dones = torch.zeros(storage_shape, device=device)  # (num_steps, num_envs)
@@ -468,9 +457,7 @@ if __name__ == "__main__":
         for iteration in range(start_iteration, args.num_iterations + 1):
             if args.save_model:
                 # the state between iterations: what Ctrl-C or a NaN saves, and what --resume continues exactly
-                checkpoint = make_checkpoint(
-                    args, agent, optimizer, envs, global_step, iteration - 1, next_obs, next_done, next_lstm_state
-                )
+                checkpoint = make_checkpoint(args, agent, optimizer, envs, global_step, iteration - 1, next_obs, next_done, next_lstm_state)
             initial_lstm_state = (next_lstm_state[0].clone(), next_lstm_state[1].clone())  # training replays from here
             # LEARNING-RATE ANNEALING
             if args.anneal_lr:
@@ -537,11 +524,9 @@ if __name__ == "__main__":
                     mbenvinds = envinds[start : start + envsperbatch]
                     mb_inds = flatinds[:, mbenvinds].ravel()  # whole sequences of these envs, time-major
 
+                    mb_lstm_state = (initial_lstm_state[0][:, mbenvinds], initial_lstm_state[1][:, mbenvinds])
                     _, newlogprob, entropy, newvalue, _ = agent.get_action_and_value(
-                        b_obs[mb_inds],
-                        (initial_lstm_state[0][:, mbenvinds], initial_lstm_state[1][:, mbenvinds]),
-                        b_dones[mb_inds],
-                        b_actions[mb_inds],
+                        b_obs[mb_inds], mb_lstm_state, b_dones[mb_inds], b_actions[mb_inds]
                     )
                     assert newlogprob.shape == newvalue.shape == (args.minibatch_size,)
                     logratio = newlogprob - b_logprobs[mb_inds]
@@ -616,9 +601,7 @@ if __name__ == "__main__":
     if args.save_model:
         model_path = f"runs/{run_name}/{args.exp_name}.pt"
         if checkpoint is None:
-            checkpoint = make_checkpoint(
-                args, agent, optimizer, envs, global_step, iteration, next_obs, next_done, next_lstm_state
-            )
+            checkpoint = make_checkpoint(args, agent, optimizer, envs, global_step, iteration, next_obs, next_done, next_lstm_state)
         torch.save(checkpoint, model_path)
         print(f"checkpoint of iteration {checkpoint['iteration']} saved to {model_path}")
     envs.close()

@@ -39,6 +39,7 @@ def collect(runs_dir: Path) -> dict:
     for event_file in sorted(runs_dir.rglob("events.out.tfevents.*")):
         run_dir = event_file.parent
         env_id, exp_name, seed, _ = str(run_dir.relative_to(runs_dir)).rsplit("__", 3)
+        env_id = env_id.split(":")[-1]  # `ppo_rnn:CartPoleNoVel-v1` is the same task as `CartPoleNoVel-v1`
         run = read_run(run_dir)
         if len(run["returns"]):
             groups[(env_id, exp_name)][int(seed)] = run

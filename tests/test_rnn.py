@@ -103,7 +103,6 @@ def test_replay_reproduces_the_rollout_state(tmp_path, monkeypatch):
     [
         ("CartPoleNoVel-v1", "CartPole-v1", [0, 2]),
         ("AcrobotNoVel-v1", "Acrobot-v1", [0, 1, 2, 3]),
-        ("MountainCarNoVel-v0", "MountainCar-v0", [0]),
     ],
 )
 def test_masked_envs_hide_velocities(masked_id, env_id, keep):
