@@ -17,7 +17,6 @@ Checkpoints are pickles (optimizer, RNG and env state): load only checkpoints yo
 """
 
 import copy
-import functools
 import os
 import pickle
 import random
@@ -69,7 +68,7 @@ class Args:
     """the id of the environment"""
     total_timesteps: int = 500000
     """total timesteps of the experiments"""
-    learning_rate: float = 2.5e-4
+    learning_rate: float = 1e-3
     """the learning rate of the optimizer"""
     num_envs: int = 4
     """the number of parallel game environments"""
@@ -81,9 +80,9 @@ class Args:
     """the discount factor gamma"""
     gae_lambda: float = 0.95
     """the lambda for the general advantage estimation"""
-    num_minibatches: int = 4
-    """the number of mini-batches (each holds num_envs / num_minibatches whole env sequences)"""
-    update_epochs: int = 4
+    num_minibatches: int = 1
+    """the number of mini-batches"""
+    update_epochs: int = 10
     """the K epochs to update the policy"""
     norm_adv: bool = True
     """Toggles advantages normalization (per minibatch)"""
@@ -91,7 +90,7 @@ class Args:
     """the surrogate clipping coefficient"""
     clip_vloss: bool = True
     """Toggles whether or not to use a clipped loss for the value function, as per the paper."""
-    ent_coef: float = 0.01
+    ent_coef: float = 0.0
     """coefficient of the entropy"""
     vf_coef: float = 0.5
     """coefficient of the value function"""
@@ -101,8 +100,8 @@ class Args:
     """stop the update of an iteration before the first minibatch whose approx KL exceeds it"""
     bootstrap_truncation: bool = True
     """bootstrap gamma * V(final_obs) at time-limit truncations (off: treat them as termination)"""
-    lstm_hidden_size: int = 128
-    """the size of the LSTM state"""
+    reward_scale: float = 0.1
+    """rewards are multiplied by it for learning (logged returns are not): keeps the value loss from drowning the policy in the shared trunk"""
 
     batch_size: int = 0
     """the batch size (computed in runtime)"""
@@ -132,7 +131,7 @@ def make_masked(env_id: str, keep: list, **kwargs) -> gym.Env:
 # partially observable tasks: positions only (CartPole's x and pole angle, Acrobot's cos/sin of both joints)
 for masked_id, env_id, keep in [("CartPoleNoVel-v1", "CartPole-v1", [0, 2]), ("AcrobotNoVel-v1", "Acrobot-v1", [0, 1, 2, 3])]:
     gym.registry.pop(masked_id, None)  # a second %run registers its own classes, so that checkpoints pickle them
-    gym.register(masked_id, entry_point=functools.partial(make_masked, env_id, keep))
+    gym.register(masked_id, entry_point=make_masked, kwargs={"env_id": env_id, "keep": keep})
 
 
 def make_env(env_id: str, idx: int, capture_video: bool, run_name: str):
@@ -155,7 +154,7 @@ def layer_init(layer: nn.Linear, std: float = np.sqrt(2), bias_const: float = 0.
 
 
 class Agent(nn.Module):
-    def __init__(self, envs: gym.vector.VectorEnv, lstm_hidden_size: int = 128):
+    def __init__(self, envs: gym.vector.VectorEnv):
         super().__init__()
         obs_dim = int(np.prod(envs.single_observation_space.shape))
         self.network = nn.Sequential(
@@ -164,14 +163,14 @@ class Agent(nn.Module):
             layer_init(nn.Linear(64, 64)),
             nn.Tanh(),
         )
-        self.lstm = nn.LSTM(64, lstm_hidden_size)
+        self.lstm = nn.LSTM(64, 128)
         for name, param in self.lstm.named_parameters():
             if "bias" in name:
                 nn.init.constant_(param, 0)
             elif "weight" in name:
                 nn.init.orthogonal_(param, 1.0)
-        self.actor = layer_init(nn.Linear(lstm_hidden_size, envs.single_action_space.n), std=0.01)
-        self.critic = layer_init(nn.Linear(lstm_hidden_size, 1), std=1.0)
+        self.actor = layer_init(nn.Linear(128, envs.single_action_space.n), std=0.01)
+        self.critic = layer_init(nn.Linear(128, 1), std=1.0)
 
     def get_states(self, x: torch.Tensor, lstm_state: tuple, done: torch.Tensor):
         """Run the LSTM over time-major x of shape (T * B, *obs_shape) from lstm_state (each (1, B, H)),
@@ -236,7 +235,7 @@ def check_args(args: Args):
     for name in ("total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs", "eval_episodes"):
         if getattr(args, name) <= 0:
             fail(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
-    for name in ("learning_rate", "clip_coef", "max_grad_norm", "target_kl"):
+    for name in ("learning_rate", "clip_coef", "max_grad_norm", "target_kl", "reward_scale"):
         if getattr(args, name) is not None and not getattr(args, name) > 0:
             fail(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
     for name in ("ent_coef", "vf_coef"):
@@ -328,11 +327,11 @@ def evaluate(args: Args, run_name: str, device: torch.device) -> list:
     envs = gym.vector.SyncVectorEnv(
         [make_env(args.env_id, 0, args.capture_video, run_name)], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
     )
-    agent = Agent(envs, args.lstm_hidden_size).to(device)
+    agent = Agent(envs).to(device)
     agent.load_state_dict(ckpt["agent"])
     torch.manual_seed(args.seed)  # sampled actions: the same seed plays the same episodes
     obs, _ = envs.reset(seed=args.seed)
-    lstm_state = (torch.zeros(1, 1, args.lstm_hidden_size, device=device),) * 2  # carried through each episode
+    lstm_state = (torch.zeros(1, 1, agent.lstm.hidden_size, device=device),) * 2  # carried through each episode
     done = torch.zeros(1, device=device)
     episodic_returns = []
     while len(episodic_returns) < args.eval_episodes:
@@ -410,7 +409,7 @@ if __name__ == "__main__":
     )
 
     # AGENT AND OPTIMIZER
-    agent = Agent(envs, args.lstm_hidden_size).to(device)
+    agent = Agent(envs).to(device)
     optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, foreach=True)
 
     # STORAGE
@@ -445,7 +444,7 @@ if __name__ == "__main__":
         print(f"resumed from {args.resume} at iteration {ckpt['iteration']} (step {global_step})")
     next_obs = torch.as_tensor(next_obs_np, dtype=torch.float32, device=device)  # (num_envs, *obs_shape)
     next_done = torch.zeros(args.num_envs, device=device)  # (num_envs,)
-    next_lstm_state = (torch.zeros(1, args.num_envs, args.lstm_hidden_size, device=device),) * 2  # (h, c), each (1, num_envs, H)
+    next_lstm_state = (torch.zeros(1, args.num_envs, agent.lstm.hidden_size, device=device),) * 2  # (h, c), each (1, num_envs, H)
     if ckpt is not None and ckpt["envs"] is not None:
         next_done = torch.as_tensor(ckpt["next_done"], device=device)
         next_lstm_state = tuple(state.to(device) for state in ckpt["next_lstm_state"])
@@ -476,6 +475,7 @@ if __name__ == "__main__":
                 logprobs[step] = logprob
 
                 next_obs_np, reward, terminations, truncations, infos = envs.step(action.cpu().numpy())
+                reward = reward * args.reward_scale
                 if args.bootstrap_truncation and "final_obs" in infos:
                     # a time limit is not the end of the MDP: r + gamma * V(final_obs) (terminations get no bootstrap)
                     trunc = np.flatnonzero(truncations & ~terminations)
@@ -524,9 +524,9 @@ if __name__ == "__main__":
                     mbenvinds = envinds[start : start + envsperbatch]
                     mb_inds = flatinds[:, mbenvinds].ravel()  # whole sequences of these envs, time-major
 
-                    mb_lstm_state = (initial_lstm_state[0][:, mbenvinds], initial_lstm_state[1][:, mbenvinds])
+                    mb_state = (initial_lstm_state[0][:, mbenvinds], initial_lstm_state[1][:, mbenvinds])
                     _, newlogprob, entropy, newvalue, _ = agent.get_action_and_value(
-                        b_obs[mb_inds], mb_lstm_state, b_dones[mb_inds], b_actions[mb_inds]
+                        b_obs[mb_inds], mb_state, b_dones[mb_inds], b_actions[mb_inds]
                     )
                     assert newlogprob.shape == newvalue.shape == (args.minibatch_size,)
                     logratio = newlogprob - b_logprobs[mb_inds]

@@ -131,10 +131,18 @@ def test_save_then_evaluate(script, tmp_path):
     assert list(tmp_path.glob("videos/*-eval/*.mp4"))
 
 
+LEARNING = {
+    # script: (its default task's budget, the last-100-episode mean it must reach). A uniform random
+    # policy averages about 22 on both tasks; ppo.py reaches 237 on CartPole-v1 at 80k (seed 1) and
+    # only 40 on the masked task at 50k, where the recurrent policy reaches 213.
+    "ppo.py": (80000, 195),
+    "ppo_rnn.py": (50000, 150),
+}
+
+
 @pytest.mark.parametrize("script", SCRIPTS)
-def test_learns_cartpole(script, tmp_path):
-    """Seeded, 80k steps: a uniform random policy averages about 22 on CartPole and never averages 195
-    over 100 episodes (this seed reaches 237)."""
-    g = run(script, "--total-timesteps", "80000", "--seed", "1", cwd=tmp_path)
+def test_learns_its_default_task(script, tmp_path):
+    steps, threshold = LEARNING[script]
+    g = run(script, "--total-timesteps", str(steps), "--seed", "1", cwd=tmp_path)
     assert len(g["recent_returns"]) == 100
-    assert sum(g["recent_returns"]) / 100 >= 195
+    assert sum(g["recent_returns"]) / 100 >= threshold

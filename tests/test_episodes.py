@@ -4,13 +4,18 @@ import numpy as np
 import pytest
 import torch
 
-from tests.helpers import SCRIPTS, interrupt_at_call, run
+from tests.helpers import SCRIPTS, interrupt_at_call, load, run
 
 GAMMA = 0.9
 T_LIMIT = 10  # the time limit of tests.envs:Constant-v0
 MEAN_REMAINING = np.mean([(1 - GAMMA**k) / (1 - GAMMA) for k in range(1, T_LIMIT + 1)])
 VALUE_RUN = ["--gamma", str(GAMMA), "--gae-lambda", "1.0", "--no-clip-vloss", "--learning-rate", "0.01"]
 VALUE_RUN += ["--num-envs", "4", "--num-steps", "20", "--total-timesteps", "8000"]
+
+
+def reward_scale(g) -> float:
+    """The factor a script applies to rewards for learning (1 where it has none)."""
+    return getattr(g["args"], "reward_scale", 1.0)
 
 
 def episode_ended(g):
@@ -26,7 +31,8 @@ def test_value_under_time_limit(script, bootstrap, expected, tmp_path):
     covers every step of an episode equally often) average the mean remaining return, 4.14. A
     recurrent agent can tell the steps apart, so only the average is checked there."""
     flag = "--bootstrap-truncation" if bootstrap else "--no-bootstrap-truncation"
-    g = run(script, "--env-id", "tests.envs:Constant-v0", *VALUE_RUN, flag, cwd=tmp_path)
+    unscaled = ["--reward-scale", "1"] if "reward_scale" in load(script).Args.__dataclass_fields__ else []
+    g = run(script, "--env-id", "tests.envs:Constant-v0", *VALUE_RUN, *unscaled, flag, cwd=tmp_path)
     assert g["values"].mean().item() == pytest.approx(expected, abs=0.05 if bootstrap else 0.1)
     if bootstrap:
         assert torch.allclose(g["values"], torch.full_like(g["values"], expected), atol=0.1)
@@ -55,12 +61,13 @@ def test_truncation_carries_gamma_v_final_obs(script, tmp_path, monkeypatch):
     g = run(script, *args, "--total-timesteps", "96", "--num-minibatches", "1", cwd=tmp_path)
     ended = episode_ended(g)
     assert ended.sum() == 9  # 32 steps per env: three time limits each
-    expected = 1 + GAMMA * final_obs_values(g)
+    scale = reward_scale(g)
+    expected = scale + GAMMA * final_obs_values(g)
     torch.testing.assert_close(g["rewards"][ended], expected[ended], rtol=1e-6, atol=1e-6)
-    assert torch.all(g["rewards"][~ended] == 1)
+    assert torch.all(g["rewards"][~ended] == torch.tensor(scale, dtype=torch.float32))
 
     g = run(script, *args, "--total-timesteps", "96", "--num-minibatches", "1", "--no-bootstrap-truncation", cwd=tmp_path)
-    assert episode_ended(g).sum() == 9 and torch.all(g["rewards"] == 1)
+    assert episode_ended(g).sum() == 9 and torch.all(g["rewards"] == torch.tensor(reward_scale(g), dtype=torch.float32))
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
@@ -68,7 +75,7 @@ def test_termination_is_not_bootstrapped(script, tmp_path):
     args = ["--env-id", "tests.envs:ConstantTerminal-v0", "--num-envs", "3", "--num-steps", "32", "--num-minibatches", "1"]
     g = run(script, *args, "--total-timesteps", "96", cwd=tmp_path)
     assert episode_ended(g).sum() == 9
-    assert torch.all(g["rewards"] == 1)
+    assert torch.all(g["rewards"] == torch.tensor(reward_scale(g), dtype=torch.float32))
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
@@ -84,7 +91,8 @@ def test_no_phantom_rows(script, tmp_path):
         last = log[-num_steps:]
         np.testing.assert_array_equal(g["obs"][:, i].numpy(), np.stack([o for o, _, _ in last]))
         np.testing.assert_array_equal(g["actions"][:, i].numpy(), [a for _, a, _ in last])
-        np.testing.assert_array_equal(g["rewards"][:, i].numpy(), [r for _, _, r in last])
+        expected_rewards = np.array([r for _, _, r in last]) * reward_scale(g)
+        np.testing.assert_array_equal(g["rewards"][:, i].numpy(), expected_rewards.astype(np.float32))
         # a step ended its episode exactly when the env's next step (or its current state) is a new episode
         episode_ids = [o[0] for o, _, _ in last] + [env.unwrapped.episode]
         ended_in_env = np.array(episode_ids[1:]) != np.array(episode_ids[:-1])

@@ -11,18 +11,20 @@ from tests.helpers import SCRIPTS, cli, interrupt_at_call, load, run
 rnn = load("ppo_rnn.py")
 
 
-def make_agent(obs_dim=3, hidden=16):
+def make_agent(obs_dim=3, hidden=128):
     envs = gym.vector.SyncVectorEnv([lambda: gym.make("tests.envs:Constant-v0")])
     envs.single_observation_space = gym.spaces.Box(-1, 1, (obs_dim,), np.float32)
     torch.manual_seed(0)
-    return rnn.Agent(envs, hidden)
+    agent = rnn.Agent(envs)
+    assert agent.lstm.hidden_size == hidden
+    return agent
 
 
 def test_state_resets_exactly_at_episode_starts():
     """Each output equals a fresh LSTM run over its own episode only: from the initial state for the
     episode in progress when the sequence starts, from zeros for every episode that starts inside."""
     agent = make_agent()
-    T, B, H = 12, 3, 16
+    T, B, H = 12, 3, 128
     x = torch.randn(T * B, 3)
     done = torch.zeros(T, B)
     done[0, 1] = 1  # env 1 starts a new episode at the first step
@@ -51,7 +53,7 @@ def test_one_step_at_a_time_equals_the_sequence():
     agent = make_agent()
     T, B = 10, 2
     x, done = torch.randn(T, B, 3), (torch.rand(T, B) < 0.2).float()
-    state = (torch.zeros(1, B, 16), torch.zeros(1, B, 16))
+    state = (torch.zeros(1, B, 128), torch.zeros(1, B, 128))
     with torch.no_grad():
         whole, whole_state = agent.get_states(x.flatten(0, 1), state, done.flatten())
         steps, s = [], state
@@ -63,7 +65,7 @@ def test_one_step_at_a_time_equals_the_sequence():
 
 
 def test_lstm_init():
-    agent = make_agent(hidden=32)
+    agent = make_agent()
     for name, param in agent.lstm.named_parameters():
         if "bias" in name:
             assert torch.all(param == 0)
@@ -89,8 +91,8 @@ def test_minibatches_are_whole_env_sequences(tmp_path, monkeypatch):
 def test_replay_reproduces_the_rollout_state(tmp_path, monkeypatch):
     """Replaying the rollout from the kept initial state with the stored dones ends in exactly the state
     the rollout carries into the next iteration (here iteration 2, which starts from a carried state)."""
-    interrupt_at_call(monkeypatch, torch.optim.Adam, "step", 17)  # first step of iteration 2
-    g = run("ppo_rnn.py", "--total-timesteps", "1024", cwd=tmp_path)
+    interrupt_at_call(monkeypatch, torch.optim.Adam, "step", 5)  # first step of iteration 2
+    g = run("ppo_rnn.py", "--num-minibatches", "2", "--update-epochs", "2", "--total-timesteps", "1024", cwd=tmp_path)
     assert g["iteration"] == 2
     assert g["initial_lstm_state"][0].abs().sum() > 0  # carried over, not reset between rollouts
     with torch.no_grad():

@@ -18,8 +18,9 @@ def test_first_minibatch_ratio_is_exactly_one(script, iteration, tmp_path, monke
     """Stop at the first optimizer step of an iteration: the log-probs recomputed for the first
     minibatch of the first epoch equal the stored ones bit for bit (episode ends fall inside this
     rollout; in iteration 2 a recurrent agent starts from the state carried over from iteration 1)."""
-    interrupt_at_call(monkeypatch, torch.optim.Adam, "step", 1 + 16 * (iteration - 1))  # 4 epochs x 4 minibatches
-    g = run(script, "--num-envs", "4", "--num-steps", "128", "--total-timesteps", "1024", cwd=tmp_path)
+    interrupt_at_call(monkeypatch, torch.optim.Adam, "step", 1 + 8 * (iteration - 1))  # 4 epochs x 2 minibatches
+    argv = ["--num-envs", "4", "--num-steps", "128", "--num-minibatches", "2", "--update-epochs", "4"]
+    g = run(script, *argv, "--total-timesteps", "1024", cwd=tmp_path)
     assert g["dones"].sum() > 0
     assert g["iteration"] == iteration and len(g["mb_inds"]) == g["args"].minibatch_size
     assert torch.equal(g["newlogprob"].detach(), g["b_logprobs"][g["mb_inds"]])
