@@ -6,7 +6,7 @@
     python ppo.py --resume runs/<run>/ppo.pt        # continue an interrupted run, bit for bit
 
 Follows Schulman et al. 2017 (arXiv:1707.06347) and openai/baselines' ppo2 with every detail of
-"The 37 Implementation Details of PPO" (Huang et al. 2022), corrected for gymnasium 1.x: no
+"The 32 Implementation Details of PPO" (Huang and Dossa, 2020), corrected for gymnasium 1.x: no
 transition from an autoreset reaches the batch, and a time-limit truncation bootstraps
 gamma * V(final_obs) instead of being treated as termination (`--no-bootstrap-truncation` restores
 the old behaviour). `%run` in IPython leaves `agent`, the storage and `b_*` in the namespace.
