@@ -3,7 +3,7 @@
     python ppo.py                                   # CartPole-v1, 500k steps, about a minute on 2 cores
     python ppo.py --env-id Acrobot-v1 --seed 2 --save-model
     python ppo.py --eval-checkpoint runs/<run>/ppo.pt --env-id Acrobot-v1 --eval-greedy
-    python ppo.py --resume runs/<run>/ppo.pt        # continue an interrupted run, bit for bit
+    python ppo.py --resume runs/<run>/ppo.pt --save-model  # continue it bit for bit (same settings)
 
 Follows Schulman et al. 2017 (arXiv:1707.06347) and openai/baselines' ppo2 with every detail of
 "The 32 Implementation Details of PPO" (Huang and Dossa, 2020), corrected for gymnasium 1.x: no
@@ -204,6 +204,8 @@ def check_args(args: Args):
             f"num_envs * num_steps = {batch_size} is not divisible by --num-minibatches {args.num_minibatches}; "
             f"pick a divisor of {batch_size}"
         )
+    if args.norm_adv and batch_size // args.num_minibatches < 2:
+        fail("a minibatch of 1 sample cannot normalize advantages; use fewer --num-minibatches or --no-norm-adv")
     if args.eval_checkpoint is None and args.total_timesteps < batch_size:
         fail(f"--total-timesteps {args.total_timesteps} is less than one batch (num_envs * num_steps = {batch_size})")
 
@@ -317,8 +319,11 @@ if __name__ == "__main__":
         print(f"eval: {len(returns)} episodes ({greedy}), return {np.mean(returns):.2f} ± {np.std(returns):.2f}")
         raise SystemExit(0)
     ckpt = load_checkpoint(args.resume, args) if args.resume is not None else None
-    if ckpt is not None and ckpt["args"]["num_envs"] != args.num_envs:
-        fail(f"{args.resume!r} was trained with {ckpt['args']['num_envs']} envs; pass --num-envs {ckpt['args']['num_envs']}")
+    if ckpt is not None:  # a resumed run is the same run: the algorithm group must match the checkpoint's
+        fields = list(Args.__dataclass_fields__)
+        for name in fields[fields.index("env_id") : fields.index("batch_size")]:
+            if ckpt["args"][name] != getattr(args, name):
+                fail(f"{args.resume!r} was trained with {name}={ckpt['args'][name]!r}, not {getattr(args, name)!r}; pass the same value")
     print(
         f"batch size {args.batch_size}, minibatch size {args.minibatch_size}, "
         f"{args.num_iterations} iterations of {args.update_epochs} epochs, on {device}"
@@ -455,7 +460,7 @@ if __name__ == "__main__":
             # UPDATE
             b_inds = np.arange(args.batch_size)
             clipfracs = []
-            stats = torch.zeros(6, device=device)  # sums of pg, v, entropy, old kl, kl, loss
+            stats = torch.zeros(7, device=device)  # sums of pg, v, entropy, old kl, kl, loss, gradient norm
             num_updates = 0
             for _epoch in range(args.update_epochs):
                 np.random.shuffle(b_inds)
@@ -471,9 +476,10 @@ if __name__ == "__main__":
                         # http://joschu.net/blog/kl-approx.html
                         old_approx_kl = (-logratio).mean()
                         approx_kl = ((ratio - 1) - logratio).mean()
-                        clipfracs.append(((ratio - 1.0).abs() > args.clip_coef).float().mean())
                     if args.target_kl is not None and approx_kl > args.target_kl:
                         break
+                    with torch.no_grad():
+                        clipfracs.append(((ratio - 1.0).abs() > args.clip_coef).float().mean())
 
                     mb_advantages = b_advantages[mb_inds]
                     if args.norm_adv:
@@ -495,18 +501,18 @@ if __name__ == "__main__":
 
                     optimizer.zero_grad()
                     loss.backward()
-                    nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+                    grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
                     optimizer.step()
-                    stats += torch.stack((pg_loss, v_loss, entropy_loss, old_approx_kl, approx_kl, loss)).detach()
+                    stats += torch.stack((pg_loss, v_loss, entropy_loss, old_approx_kl, approx_kl, loss, grad_norm)).detach()
                     num_updates += 1
                 else:
                     continue
                 break  # target_kl reached: no further epochs either
 
             # LOGGING
-            pg_mean, v_mean, ent_mean, old_kl_mean, kl_mean, loss_mean = (stats / max(num_updates, 1)).tolist()
-            if not np.isfinite(loss_mean):
-                nan_message = f"the loss became {loss_mean} at iteration {iteration}; training stopped"
+            pg_mean, v_mean, ent_mean, old_kl_mean, kl_mean, loss_mean, grad_norm_mean = (stats / max(num_updates, 1)).tolist()
+            if not (np.isfinite(loss_mean) and np.isfinite(grad_norm_mean)):
+                nan_message = f"the loss became {loss_mean} (gradient norm {grad_norm_mean}) at iteration {iteration}; training stopped"
                 break
             y_pred, y_true = b_values.cpu().numpy(), b_returns.cpu().numpy()
             var_y = np.var(y_true)
@@ -518,7 +524,7 @@ if __name__ == "__main__":
             writer.add_scalar("losses/entropy", ent_mean, global_step)
             writer.add_scalar("losses/old_approx_kl", old_kl_mean, global_step)
             writer.add_scalar("losses/approx_kl", kl_mean, global_step)
-            writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
+            writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item() if clipfracs else 0.0, global_step)
             writer.add_scalar("losses/explained_variance", explained_var, global_step)
             writer.add_scalar("charts/SPS", sps, global_step)
             eta = (args.num_iterations - iteration) * args.batch_size / max(sps, 1)

@@ -50,6 +50,7 @@ BAD_ARGS = [
     (["--clip-coef", "-0.1"], "--clip-coef must be positive"),
     (["--target-kl", "0"], "--target-kl must be positive"),
     (["--gamma", "1.5"], "--gamma must be in [0, 1]"),
+    (["--num-envs", "2", "--num-steps", "1", "--num-minibatches", "2"], "a minibatch of 1 sample cannot normalize advantages"),
     (["--ent-coef", "-1"], "--ent-coef must be non-negative"),
     (["--resume", "missing.pt"], "does not exist"),
     (["--eval-checkpoint", "missing.pt"], "does not exist"),
@@ -77,7 +78,11 @@ def test_bad_checkpoints(script, tmp_path):
     run(script, *TINY, "--total-timesteps", "32", "--save-model", "--env-id", "Acrobot-v1", cwd=tmp_path)
     path = str(checkpoint_path(tmp_path))
     assert "pass --env-id Acrobot-v1" in error_of(script, "--eval-checkpoint", path, cwd=tmp_path)
-    assert "pass --num-envs 2" in error_of(script, "--env-id", "Acrobot-v1", "--resume", path, cwd=tmp_path)
+    assert "was trained with total_timesteps=32, not 500000" in error_of(script, "--env-id", "Acrobot-v1", "--resume", path, cwd=tmp_path)
+    resume = ["--env-id", "Acrobot-v1", *TINY, "--total-timesteps", "32", "--resume", path]
+    assert "was trained with num_envs=2, not 4" in error_of(script, *resume, "--num-envs", "4", "--num-steps", "8", cwd=tmp_path)
+    assert "was trained with learning_rate=" in error_of(script, *resume, "--learning-rate", "0.5", cwd=tmp_path)
+    run(script, *resume, cwd=tmp_path)  # the same settings resume
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
