@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.helpers import SCRIPTS, cli, interrupt_at_call, load, run
+from tests.helpers import cli, interrupt_at_call, load, run
 
 rnn = load("ppo_rnn.py")
 
@@ -123,4 +123,3 @@ def test_ppo_reaches_the_masked_tasks(tmp_path):
     """The benchmark runs the memoryless ppo.py on the same masked task through its module-qualified id."""
     result = cli("ppo.py", "--env-id", "ppo_rnn:CartPoleNoVel-v1", "--total-timesteps", "1024", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert "ppo_rnn.py" in SCRIPTS
