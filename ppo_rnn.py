@@ -510,7 +510,7 @@ if __name__ == "__main__":
             # FLATTEN
             b_obs = obs.reshape((-1,) + envs.single_observation_space.shape)  # (batch, *obs_shape)
             b_logprobs = logprobs.reshape(-1)  # (batch,)
-            b_actions = actions.reshape((-1,) + envs.single_action_space.shape)  # (batch,)
+            b_actions = actions.reshape((-1,) + envs.single_action_space.shape)  # (batch, *action_shape)
             b_advantages = advantages.reshape(-1)  # (batch,)
             b_returns = returns.reshape(-1)  # (batch,)
             b_values = values.reshape(-1)  # (batch,)
