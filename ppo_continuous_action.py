@@ -446,7 +446,7 @@ if __name__ == "__main__":
         if device.type == "cuda" and ckpt["rng"]["cuda"] is not None:
             torch.cuda.set_rng_state(ckpt["rng"]["cuda"])
         print(f"resumed from {args.resume} at iteration {ckpt['iteration']} (step {global_step})")
-    next_obs = torch.as_tensor(next_obs_np, dtype=torch.float32, device=device)  # (num_envs, *obs_shape)
+    next_obs = torch.as_tensor(next_obs_np, dtype=obs.dtype, device=device)  # (num_envs, *obs_shape)
     next_done = torch.zeros(args.num_envs, device=device)  # (num_envs,)
     if ckpt is not None and ckpt["envs"] is not None:
         next_done = torch.as_tensor(ckpt["next_done"], device=device)
@@ -480,11 +480,11 @@ if __name__ == "__main__":
                     # a time limit is not the end of the MDP: r + gamma * V(final_obs) (terminations get no bootstrap)
                     trunc = np.flatnonzero(truncations & ~terminations)
                     if len(trunc):
-                        final_obs = torch.as_tensor(np.stack(infos["final_obs"][trunc]), dtype=torch.float32, device=device)
+                        final_obs = torch.as_tensor(np.stack(infos["final_obs"][trunc]), dtype=obs.dtype, device=device)
                         with torch.inference_mode():
                             reward[trunc] += args.gamma * agent.get_value(final_obs).cpu().numpy()
                 rewards[step] = torch.as_tensor(reward, device=device)
-                next_obs = torch.as_tensor(next_obs_np, dtype=torch.float32, device=device)
+                next_obs = torch.as_tensor(next_obs_np, dtype=obs.dtype, device=device)
                 next_done = torch.as_tensor(terminations | truncations, dtype=torch.float32, device=device)
 
                 if "final_info" in infos and "episode" in infos["final_info"]:

@@ -447,7 +447,7 @@ if __name__ == "__main__":
         if device.type == "cuda" and ckpt["rng"]["cuda"] is not None:
             torch.cuda.set_rng_state(ckpt["rng"]["cuda"])
         print(f"resumed from {args.resume} at iteration {ckpt['iteration']} (step {global_step})")
-    next_obs = torch.as_tensor(next_obs_np, dtype=torch.float32, device=device)  # (num_envs, *obs_shape)
+    next_obs = torch.as_tensor(next_obs_np, dtype=obs.dtype, device=device)  # (num_envs, *obs_shape)
     next_done = torch.zeros(args.num_envs, device=device)  # (num_envs,)
     next_lstm_state = (torch.zeros(1, args.num_envs, agent.lstm.hidden_size, device=device),) * 2  # (h, c), each (1, num_envs, H)
     if ckpt is not None and ckpt["envs"] is not None:
@@ -485,14 +485,14 @@ if __name__ == "__main__":
                     # a time limit is not the end of the MDP: r + gamma * V(final_obs) (terminations get no bootstrap)
                     trunc = np.flatnonzero(truncations & ~terminations)
                     if len(trunc):
-                        final_obs = torch.as_tensor(np.stack(infos["final_obs"][trunc]), dtype=torch.float32, device=device)
+                        final_obs = torch.as_tensor(np.stack(infos["final_obs"][trunc]), dtype=obs.dtype, device=device)
                         with torch.inference_mode():
                             # the final observation continues its episode: the state after step t, no reset
                             final_state = (next_lstm_state[0][:, trunc], next_lstm_state[1][:, trunc])
                             final_value = agent.get_value(final_obs, final_state, torch.zeros(len(trunc), device=device))
                             reward[trunc] += args.gamma * final_value.cpu().numpy()
                 rewards[step] = torch.as_tensor(reward, device=device)
-                next_obs = torch.as_tensor(next_obs_np, dtype=torch.float32, device=device)
+                next_obs = torch.as_tensor(next_obs_np, dtype=obs.dtype, device=device)
                 next_done = torch.as_tensor(terminations | truncations, dtype=torch.float32, device=device)
 
                 if "final_info" in infos and "episode" in infos["final_info"]:

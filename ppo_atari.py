@@ -1,0 +1,601 @@
+"""PPO for Atari (ale-py) with the DQN preprocessing and a shared Nature CNN, on gymnasium 1.x.
+
+    python ppo_atari.py                             # BreakoutNoFrameskip-v4, 10M steps (a GPU run; 1M is ~45 min on 2 cores)
+    python ppo_atari.py --env-id PongNoFrameskip-v4 --seed 2 --save-model
+    python ppo_atari.py --eval-checkpoint runs/<run>/ppo_atari.pt --env-id PongNoFrameskip-v4 --capture-video
+    python ppo_atari.py --env-id ALE/Breakout-v5    # v5: the emulator skips 4 frames, sticky actions
+
+Follows Schulman et al. 2017 (arXiv:1707.06347) and openai/baselines' ppo2 with every detail of
+"The 32 Implementation Details of PPO" (Huang and Dossa, 2020), corrected for gymnasium 1.x: no
+transition from an autoreset reaches the batch, and a time-limit truncation bootstraps
+gamma * V(final_obs) instead of being treated as termination (`--no-bootstrap-truncation` restores
+the old behaviour). `%run` in IPython leaves `agent`, the storage and `b_*` in the namespace.
+Checkpoints are pickles (optimizer, RNG and env state): load only checkpoints you trust.
+"""
+
+import copy
+import os
+import pickle
+import random
+import time
+from collections import deque
+from dataclasses import asdict, dataclass
+from typing import Optional
+
+import ale_py
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.optim as optim
+import tyro
+from torch.distributions.categorical import Categorical
+from torch.utils.tensorboard import SummaryWriter
+
+gym.register_envs(ale_py)
+
+
+@dataclass
+class Args:
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment"""
+    seed: int = 1
+    """seed of the experiment"""
+    torch_deterministic: bool = True
+    """if toggled, `torch.backends.cudnn.deterministic=True`"""
+    cuda: bool = True
+    """if toggled, cuda will be used when available (CPU otherwise, with a notice)"""
+    track: bool = False
+    """if toggled, this experiment will be tracked with Weights and Biases"""
+    wandb_project_name: str = "cleanRL"
+    """the wandb's project name"""
+    wandb_entity: Optional[str] = None
+    """the entity (team) of wandb's project"""
+    capture_video: bool = False
+    """whether to capture videos of the agent performances (check out `videos` folder)"""
+    save_model: bool = False
+    """whether to save a checkpoint to `runs/{run_name}/{exp_name}.pt` (at the end, on Ctrl-C or NaN)"""
+    resume: Optional[str] = None
+    """path of a checkpoint to continue training from (same env id and number of envs)"""
+    eval_checkpoint: Optional[str] = None
+    """path of a checkpoint to evaluate instead of training"""
+    eval_episodes: int = 10
+    """the number of episodes to play with `--eval-checkpoint`"""
+    eval_greedy: bool = False
+    """if toggled, evaluation takes the most likely action instead of sampling"""
+
+    env_id: str = "BreakoutNoFrameskip-v4"
+    """the id of the environment"""
+    total_timesteps: int = 10000000
+    """total timesteps of the experiments"""
+    learning_rate: float = 2.5e-4
+    """the learning rate of the optimizer"""
+    num_envs: int = 8
+    """the number of parallel game environments"""
+    num_steps: int = 128
+    """the number of steps to run in each environment per policy rollout"""
+    anneal_lr: bool = True
+    """Toggle learning rate annealing for policy and value networks"""
+    gamma: float = 0.99
+    """the discount factor gamma"""
+    gae_lambda: float = 0.95
+    """the lambda for the general advantage estimation"""
+    num_minibatches: int = 4
+    """the number of mini-batches"""
+    update_epochs: int = 4
+    """the K epochs to update the policy"""
+    norm_adv: bool = True
+    """Toggles advantages normalization (per minibatch)"""
+    clip_coef: float = 0.1
+    """the surrogate clipping coefficient"""
+    clip_vloss: bool = True
+    """Toggles whether or not to use a clipped loss for the value function, as per the paper."""
+    ent_coef: float = 0.01
+    """coefficient of the entropy"""
+    vf_coef: float = 0.5
+    """coefficient of the value function"""
+    max_grad_norm: float = 0.5
+    """the maximum norm for the gradient clipping"""
+    target_kl: Optional[float] = None
+    """stop the update of an iteration before the first minibatch whose approx KL exceeds it"""
+    bootstrap_truncation: bool = True
+    """bootstrap gamma * V(final_obs) at time-limit truncations (off: treat them as termination)"""
+
+    batch_size: int = 0
+    """the batch size (computed in runtime)"""
+    minibatch_size: int = 0
+    """the mini-batch size (computed in runtime)"""
+    num_iterations: int = 0
+    """the number of iterations (computed in runtime)"""
+
+
+def make_env(env_id: str, idx: int, capture_video: bool, run_name: str):
+    def thunk():
+        if capture_video and idx == 0:
+            env = gym.make(env_id, render_mode="rgb_array")
+            env = gym.wrappers.RecordVideo(env, f"videos/{run_name}")
+        else:
+            env = gym.make(env_id, obs_type="grayscale")
+        env = NoopReset(env)
+        if env.spec.kwargs.get("frameskip") == 1:  # NoFrameskip-v4 ids; ALE/*-v5 skip 4 frames in the emulator
+            env = gym.wrappers.MaxAndSkipObservation(env, skip=4)  # max over the last two frames, rewards summed
+        env = gym.wrappers.RecordEpisodeStatistics(env)  # below life loss and clipping: the score of a whole game
+        env = EpisodicLife(env)
+        if env.unwrapped.get_action_meanings()[1] == "FIRE":
+            env = FireReset(env)
+        env = gym.wrappers.TransformReward(env, np.sign)  # learning sees rewards clipped to their sign
+        env = gym.wrappers.ResizeObservation(env, (84, 84))
+        env = gym.wrappers.FrameStackObservation(env, 4)
+        return env
+
+    return thunk
+
+
+class NoopReset(gym.Wrapper):
+    """Start each game with 1 to 30 no-ops, drawn from the env's seeded RNG."""
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        for _ in range(self.np_random.integers(1, 31)):
+            obs, _, terminated, truncated, info = self.env.step(0)
+            if terminated or truncated:
+                obs, info = self.env.reset()
+        return obs, info
+
+
+class EpisodicLife(gym.Wrapper):
+    """A lost life ends the episode for learning; the emulator resets only at game over. Pickles the
+    emulator mid-game (ale-py's env pickles only its constructor arguments), for exact resume."""
+
+    game_over = True
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.game_over, lives, self.lives = terminated or truncated, self.lives, self.unwrapped.ale.lives()
+        return obs, reward, terminated or 0 < self.lives < lives, truncated, info
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs) if self.game_over else self.env.step(0)[::4]  # no-op: play on with the next life
+        self.lives = self.unwrapped.ale.lives()
+        return obs, info
+
+    def __getstate__(self):
+        return {**self.__dict__, "emulator": (self.unwrapped.clone_state(include_rng=True), self.unwrapped.np_random)}
+
+    def __setstate__(self, state):
+        emulator, self.unwrapped.np_random = state.pop("emulator")
+        self.__dict__.update(state)
+        self.unwrapped.restore_state(emulator)
+
+
+class FireReset(gym.Wrapper):
+    """Press FIRE, then the next action, after each reset (a lost life too): the game waits for it."""
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        for action in (1, 2):
+            obs, _, terminated, truncated, info = self.env.step(action)
+            if terminated or truncated:
+                obs, info = self.env.reset(**kwargs)
+        return obs, info
+
+
+def layer_init(layer: nn.Linear, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Linear:
+    torch.nn.init.orthogonal_(layer.weight, std)
+    torch.nn.init.constant_(layer.bias, bias_const)
+    return layer
+
+
+class Agent(nn.Module):
+    def __init__(self, envs: gym.vector.VectorEnv):
+        super().__init__()
+        self.network = nn.Sequential(  # the Nature CNN (Mnih et al. 2015), shared by both heads
+            layer_init(nn.Conv2d(4, 32, 8, stride=4)),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(32, 64, 4, stride=2)),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(64, 64, 3, stride=1)),
+            nn.ReLU(),
+            nn.Flatten(),
+            layer_init(nn.Linear(64 * 7 * 7, 512)),
+            nn.ReLU(),
+        )
+        self.critic = layer_init(nn.Linear(512, 1), std=1.0)
+        self.actor = layer_init(nn.Linear(512, envs.single_action_space.n), std=0.01)
+
+    def get_value(self, x: torch.Tensor) -> torch.Tensor:
+        return self.critic(self.network(x / 255.0)).squeeze(-1)  # (B,); uint8 pixels scaled to [0, 1] here
+
+    def get_action_and_value(self, x: torch.Tensor, action: Optional[torch.Tensor] = None):
+        hidden = self.network(x / 255.0)  # (B, 512)
+        logits = self.actor(hidden)  # (B, n_actions)
+        probs = Categorical(logits=logits, validate_args=False)
+        if action is None:
+            action = probs.sample()
+        # (B,) action, (B,) log-prob, (B,) entropy, (B,) value
+        return action, probs.log_prob(action), probs.entropy(), self.critic(hidden).squeeze(-1)
+
+
+def compute_gae(rewards, values, dones, next_value, next_done, gamma: float, gae_lambda: float):
+    """GAE(gamma, lambda) over a (num_steps, num_envs) rollout; returns (advantages, returns).
+
+    dones[t] = 1 when obs[t] is the first observation of a new episode (the step before ended one),
+    so the trace is cut between t-1 and t. next_value/next_done belong to the observation after the
+    rollout. Truncations arrive here as dones with gamma * V(final_obs) already in the reward.
+    """
+    nextnonterminal = 1.0 - torch.cat((dones[1:], next_done[None]))  # (num_steps, num_envs)
+    nextvalues = torch.cat((values[1:], next_value[None]))
+    deltas = rewards + gamma * nextvalues * nextnonterminal - values
+    advantages = torch.zeros_like(rewards)
+    lastgaelam = torch.zeros_like(next_value)
+    for t in reversed(range(rewards.shape[0])):
+        advantages[t] = lastgaelam = deltas[t] + gamma * gae_lambda * nextnonterminal[t] * lastgaelam
+    return advantages, advantages + values
+
+
+def policy_loss(advantages: torch.Tensor, ratio: torch.Tensor, clip_coef: float) -> torch.Tensor:
+    """The clipped surrogate, negated for minimization (Schulman et al. 2017, eq. 7)."""
+    pg_loss1 = -advantages * ratio
+    pg_loss2 = -advantages * torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef)
+    return torch.max(pg_loss1, pg_loss2).mean()
+
+
+def fail(message: str):
+    """Stop with a one-line error instead of a traceback."""
+    raise SystemExit(f"error: {message}")
+
+
+def check_args(args: Args):
+    for name in ("total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs", "eval_episodes"):
+        if getattr(args, name) <= 0:
+            fail(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
+    for name in ("learning_rate", "clip_coef", "max_grad_norm", "target_kl"):
+        if getattr(args, name) is not None and not getattr(args, name) > 0:
+            fail(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
+    for name in ("ent_coef", "vf_coef"):
+        if not getattr(args, name) >= 0:
+            fail(f"--{name.replace('_', '-')} must be non-negative, got {getattr(args, name)}")
+    for name in ("gamma", "gae_lambda"):
+        if not 0 <= getattr(args, name) <= 1:
+            fail(f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(args, name)}")
+    batch_size = args.num_envs * args.num_steps
+    if batch_size % args.num_minibatches:
+        fail(
+            f"num_envs * num_steps = {batch_size} is not divisible by --num-minibatches {args.num_minibatches}; "
+            f"pick a divisor of {batch_size}"
+        )
+    if args.norm_adv and batch_size // args.num_minibatches < 2:
+        fail("a minibatch of 1 sample cannot normalize advantages; use fewer --num-minibatches or --no-norm-adv")
+    if args.eval_checkpoint is None and args.total_timesteps < batch_size:
+        fail(f"--total-timesteps {args.total_timesteps} is less than one batch (num_envs * num_steps = {batch_size})")
+
+
+def check_env(env_id: str):
+    """Fail early, before anything is written, if the env is unknown or not of this script's kind."""
+    try:
+        env = gym.make(env_id)
+    except gym.error.Error as e:
+        fail(f"unknown env id {env_id!r} ({e}); list the ids with `python -c 'import gymnasium; gymnasium.pprint_registry()'`")
+    env.close()
+    if not isinstance(env.unwrapped, ale_py.AtariEnv):
+        fail(f"{env_id} is not an Atari game; use ppo.py (or ppo_continuous_action.py for continuous actions)")
+
+
+def load_checkpoint(path: str, args: Args) -> dict:
+    """Load a checkpoint of this script and this env, or fail with the reason."""
+    if not os.path.isfile(path):
+        fail(f"checkpoint {path!r} does not exist; pass the path of a file saved with --save-model")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as e:
+        fail(f"checkpoint {path!r} could not be read ({type(e).__name__}); it is corrupt or not a checkpoint")
+    script = os.path.basename(__file__)
+    if not isinstance(ckpt, dict) or not {"script", "args", "agent"} <= ckpt.keys():
+        fail(f"{path!r} is not a checkpoint saved by {script} --save-model")
+    if ckpt["script"] != script:
+        fail(f"{path!r} was saved by {ckpt['script']}, not {script}; run it with {ckpt['script']}")
+    if ckpt["args"]["env_id"] != args.env_id:
+        fail(f"{path!r} was trained on {ckpt['args']['env_id']}; pass --env-id {ckpt['args']['env_id']}")
+    return ckpt
+
+
+def make_checkpoint(args: Args, agent, optimizer, envs, global_step: int, iteration: int, next_obs, next_done) -> dict:
+    """Everything needed to continue after `iteration`, copied so that training can go on."""
+    try:
+        env_state = pickle.dumps(envs.envs)  # the sub-envs mid-episode, with their RNGs and wrappers
+    except Exception:
+        env_state = None  # a video recorder cannot be pickled: resume then starts new episodes
+    return {
+        "script": os.path.basename(__file__),
+        "args": asdict(args),
+        "agent": copy.deepcopy(agent.state_dict()),
+        "optimizer": copy.deepcopy(optimizer.state_dict()),
+        "global_step": global_step,
+        "iteration": iteration,
+        "envs": env_state,
+        "next_obs": next_obs.cpu().numpy(),
+        "next_done": next_done.cpu().numpy(),
+        "rng": {
+            "python": random.getstate(),
+            "numpy": np.random.get_state(),
+            "torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state() if next_obs.is_cuda else None,
+        },
+    }
+
+
+def evaluate(args: Args, run_name: str, device: torch.device) -> list:
+    """Play `args.eval_episodes` episodes with a saved agent and return their returns."""
+    ckpt = load_checkpoint(args.eval_checkpoint, args)
+    envs = gym.vector.SyncVectorEnv(
+        [make_env(args.env_id, 0, args.capture_video, run_name)], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
+    )
+    agent = Agent(envs).to(device)
+    agent.load_state_dict(ckpt["agent"])
+    torch.manual_seed(args.seed)  # sampled actions: the same seed plays the same episodes
+    obs, _ = envs.reset(seed=args.seed)
+    episodic_returns = []
+    while len(episodic_returns) < args.eval_episodes:
+        with torch.inference_mode():
+            x = torch.as_tensor(obs, device=device)
+            action = agent.actor(agent.network(x / 255.0)).argmax(dim=1) if args.eval_greedy else agent.get_action_and_value(x)[0]
+        obs, _, _, _, infos = envs.step(action.cpu().numpy())
+        if "final_info" in infos and "episode" in infos["final_info"]:
+            episodic_returns.append(float(infos["final_info"]["episode"]["r"][0]))
+            print(f"eval episode {len(episodic_returns)}: return {episodic_returns[-1]:.2f}")
+    envs.close()
+    return episodic_returns
+
+
+if __name__ == "__main__":
+    # ARGUMENTS AND RUN NAME
+    args = tyro.cli(Args)
+    check_args(args)
+    check_env(args.env_id)
+    args.batch_size = args.num_envs * args.num_steps
+    args.minibatch_size = args.batch_size // args.num_minibatches
+    args.num_iterations = args.total_timesteps // args.batch_size
+    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    if args.cuda and not torch.cuda.is_available():
+        print("notice: CUDA is not available, running on CPU")
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    if args.eval_checkpoint is not None:
+        returns = evaluate(args, f"{run_name}-eval", device)
+        greedy = "greedy" if args.eval_greedy else "sampled"
+        print(f"eval: {len(returns)} episodes ({greedy}), return {np.mean(returns):.2f} ± {np.std(returns):.2f}")
+        raise SystemExit(0)
+    ckpt = load_checkpoint(args.resume, args) if args.resume is not None else None
+    if ckpt is not None:  # a resumed run is the same run: the algorithm group must match the checkpoint's
+        fields = list(Args.__dataclass_fields__)
+        for name in fields[fields.index("env_id") : fields.index("batch_size")]:
+            if ckpt["args"][name] != getattr(args, name):
+                fail(f"{args.resume!r} was trained with {name}={ckpt['args'][name]!r}, not {getattr(args, name)!r}; pass the same value")
+    print(
+        f"batch size {args.batch_size}, minibatch size {args.minibatch_size}, "
+        f"{args.num_iterations} iterations of {args.update_epochs} epochs, on {device}"
+    )
+
+    # LOGGING
+    if args.track:
+        import wandb
+
+        wandb.init(
+            project=args.wandb_project_name,
+            entity=args.wandb_entity,
+            sync_tensorboard=True,
+            config=vars(args),
+            name=run_name,
+            save_code=True,
+        )
+    writer = SummaryWriter(f"runs/{run_name}")
+    writer.add_text(
+        "hyperparameters",
+        "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
+    )
+
+    # SEEDING
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+
+    # ENVS
+    # SAME_STEP autoreset: an episode's last step returns the next episode's first observation and
+    # puts the real last one in infos["final_obs"], so every step is a real transition. The default
+    # NEXT_STEP mode would spend one step per episode on a reset whose action is ignored.
+    envs = gym.vector.SyncVectorEnv(
+        [make_env(args.env_id, i, args.capture_video, run_name) for i in range(args.num_envs)],
+        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+    )
+
+    # AGENT AND OPTIMIZER
+    agent = Agent(envs).to(device)
+    optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, foreach=True)
+
+    # STORAGE
+    # dones[t] = 1 where obs[t] is the first observation of a new episode (the previous step ended one);
+    # rewards[t] includes gamma * V(final_obs) where step t hit a time limit (bootstrap_truncation).
+    storage_shape = (args.num_steps, args.num_envs)
+    obs = torch.zeros(
+        storage_shape + envs.single_observation_space.shape, dtype=torch.uint8, device=device
+    )  # (num_steps, num_envs, 4, 84, 84)
+    actions = torch.zeros(storage_shape + envs.single_action_space.shape, dtype=torch.long, device=device)  # (num_steps, num_envs)
+    logprobs = torch.zeros(storage_shape, device=device)  # (num_steps, num_envs)
+    rewards = torch.zeros(storage_shape, device=device)  # (num_steps, num_envs)
+    dones = torch.zeros(storage_shape, device=device)  # (num_steps, num_envs)
+    values = torch.zeros(storage_shape, device=device)  # (num_steps, num_envs)
+
+    global_step = 0
+    start_iteration = 1
+    next_obs_np, _ = envs.reset(seed=args.seed)
+    envs.action_space.seed(args.seed)
+    if ckpt is not None:
+        agent.load_state_dict(ckpt["agent"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        global_step, start_iteration = ckpt["global_step"], ckpt["iteration"] + 1
+        if ckpt["envs"] is not None:
+            envs.envs[:] = pickle.loads(ckpt["envs"])  # the sub-envs mid-episode, with their RNGs and wrappers
+            next_obs_np = ckpt["next_obs"]
+        else:
+            print("notice: the checkpoint holds no env state (it could not be pickled); new episodes start here")
+        random.setstate(ckpt["rng"]["python"])
+        np.random.set_state(ckpt["rng"]["numpy"])
+        torch.set_rng_state(ckpt["rng"]["torch"])
+        if device.type == "cuda" and ckpt["rng"]["cuda"] is not None:
+            torch.cuda.set_rng_state(ckpt["rng"]["cuda"])
+        print(f"resumed from {args.resume} at iteration {ckpt['iteration']} (step {global_step})")
+    next_obs = torch.as_tensor(next_obs_np, dtype=obs.dtype, device=device)  # (num_envs, *obs_shape)
+    next_done = torch.zeros(args.num_envs, device=device)  # (num_envs,)
+    if ckpt is not None and ckpt["envs"] is not None:
+        next_done = torch.as_tensor(ckpt["next_done"], device=device)
+    recent_returns = deque(maxlen=100)
+    checkpoint, nan_message = None, None
+    start_time, start_step = time.time(), global_step
+    iteration = start_iteration - 1
+    try:
+        for iteration in range(start_iteration, args.num_iterations + 1):
+            if args.save_model:
+                # the state between iterations: what Ctrl-C or a NaN saves, and what --resume continues exactly
+                checkpoint = make_checkpoint(args, agent, optimizer, envs, global_step, iteration - 1, next_obs, next_done)
+            # LEARNING-RATE ANNEALING
+            if args.anneal_lr:
+                frac = 1.0 - (iteration - 1.0) / args.num_iterations
+                optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+
+            # ROLLOUT
+            for step in range(0, args.num_steps):
+                global_step += args.num_envs
+                obs[step] = next_obs
+                dones[step] = next_done
+                with torch.inference_mode():
+                    action, logprob, _, value = agent.get_action_and_value(next_obs)
+                values[step] = value
+                actions[step] = action
+                logprobs[step] = logprob
+
+                next_obs_np, reward, terminations, truncations, infos = envs.step(action.cpu().numpy())
+                if args.bootstrap_truncation and "final_obs" in infos:
+                    # a time limit is not the end of the MDP: r + gamma * V(final_obs) (terminations get no bootstrap)
+                    trunc = np.flatnonzero(truncations & ~terminations)
+                    if len(trunc):
+                        final_obs = torch.as_tensor(np.stack(infos["final_obs"][trunc]), dtype=obs.dtype, device=device)
+                        with torch.inference_mode():
+                            reward[trunc] += args.gamma * agent.get_value(final_obs).cpu().numpy()
+                rewards[step] = torch.as_tensor(reward, device=device)
+                next_obs = torch.as_tensor(next_obs_np, dtype=obs.dtype, device=device)
+                next_done = torch.as_tensor(terminations | truncations, dtype=torch.float32, device=device)
+
+                if "final_info" in infos and "episode" in infos["final_info"]:
+                    episodes = infos["final_info"]["episode"]
+                    for i in np.flatnonzero(infos["final_info"]["_episode"]):
+                        recent_returns.append(float(episodes["r"][i]))
+                        writer.add_scalar("charts/episodic_return", episodes["r"][i], global_step)
+                        writer.add_scalar("charts/episodic_length", episodes["l"][i], global_step)
+
+            # ADVANTAGES
+            with torch.inference_mode():
+                next_value = agent.get_value(next_obs)
+            advantages, returns = compute_gae(rewards, values, dones, next_value, next_done, args.gamma, args.gae_lambda)
+
+            # FLATTEN
+            b_obs = obs.reshape((-1,) + envs.single_observation_space.shape)  # (batch, *obs_shape)
+            b_logprobs = logprobs.reshape(-1)  # (batch,)
+            b_actions = actions.reshape((-1,) + envs.single_action_space.shape)  # (batch, *action_shape)
+            b_advantages = advantages.reshape(-1)  # (batch,)
+            b_returns = returns.reshape(-1)  # (batch,)
+            b_values = values.reshape(-1)  # (batch,)
+
+            # UPDATE
+            b_inds = np.arange(args.batch_size)
+            clipfracs = []
+            stats = torch.zeros(7, device=device)  # sums of pg, v, entropy, old kl, kl, loss, gradient norm
+            num_updates = 0
+            for _epoch in range(args.update_epochs):
+                np.random.shuffle(b_inds)
+                for start in range(0, args.batch_size, args.minibatch_size):
+                    mb_inds = b_inds[start : start + args.minibatch_size]
+
+                    _, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[mb_inds], b_actions[mb_inds])
+                    assert newlogprob.shape == newvalue.shape == (args.minibatch_size,)
+                    logratio = newlogprob - b_logprobs[mb_inds]
+                    ratio = logratio.exp()
+
+                    with torch.no_grad():
+                        # http://joschu.net/blog/kl-approx.html
+                        old_approx_kl = (-logratio).mean()
+                        approx_kl = ((ratio - 1) - logratio).mean()
+                    if args.target_kl is not None and approx_kl > args.target_kl:
+                        break
+                    with torch.no_grad():
+                        clipfracs.append(((ratio - 1.0).abs() > args.clip_coef).float().mean())
+
+                    mb_advantages = b_advantages[mb_inds]
+                    if args.norm_adv:
+                        mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+
+                    pg_loss = policy_loss(mb_advantages, ratio, args.clip_coef)
+
+                    # Value loss
+                    if args.clip_vloss:
+                        v_loss_unclipped = (newvalue - b_returns[mb_inds]) ** 2
+                        v_clipped = b_values[mb_inds] + torch.clamp(newvalue - b_values[mb_inds], -args.clip_coef, args.clip_coef)
+                        v_loss_clipped = (v_clipped - b_returns[mb_inds]) ** 2
+                        v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
+                    else:
+                        v_loss = 0.5 * ((newvalue - b_returns[mb_inds]) ** 2).mean()
+
+                    entropy_loss = entropy.mean()
+                    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+
+                    optimizer.zero_grad()
+                    loss.backward()
+                    grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+                    optimizer.step()
+                    stats += torch.stack((pg_loss, v_loss, entropy_loss, old_approx_kl, approx_kl, loss, grad_norm)).detach()
+                    num_updates += 1
+                else:
+                    continue
+                break  # target_kl reached: no further epochs either
+
+            # LOGGING
+            pg_mean, v_mean, ent_mean, old_kl_mean, kl_mean, loss_mean, grad_norm_mean = (stats / max(num_updates, 1)).tolist()
+            if not (np.isfinite(loss_mean) and np.isfinite(grad_norm_mean)):
+                nan_message = f"the loss became {loss_mean} (gradient norm {grad_norm_mean}) at iteration {iteration}; training stopped"
+                break
+            y_pred, y_true = b_values.cpu().numpy(), b_returns.cpu().numpy()
+            var_y = np.var(y_true)
+            explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
+            sps = int((global_step - start_step) / (time.time() - start_time))
+            writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+            writer.add_scalar("losses/value_loss", v_mean, global_step)
+            writer.add_scalar("losses/policy_loss", pg_mean, global_step)
+            writer.add_scalar("losses/entropy", ent_mean, global_step)
+            writer.add_scalar("losses/old_approx_kl", old_kl_mean, global_step)
+            writer.add_scalar("losses/approx_kl", kl_mean, global_step)
+            writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item() if clipfracs else 0.0, global_step)
+            writer.add_scalar("losses/explained_variance", explained_var, global_step)
+            writer.add_scalar("charts/SPS", sps, global_step)
+            eta = (args.num_iterations - iteration) * args.batch_size / max(sps, 1)
+            recent = f"{np.mean(recent_returns):.2f}" if recent_returns else "n/a"
+            print(
+                f"iter {iteration}/{args.num_iterations} step {global_step} SPS {sps} "
+                f"return {recent} (last {len(recent_returns)}) ETA {eta // 60:.0f}m{eta % 60:02.0f}s"
+            )
+        else:
+            checkpoint = None  # finished: save the final state below
+    except KeyboardInterrupt:
+        print(f"interrupted during iteration {iteration}; closing (a checkpoint keeps the last whole iteration)")
+
+    # SAVE AND CLOSE
+    if args.save_model:
+        model_path = f"runs/{run_name}/{args.exp_name}.pt"
+        if checkpoint is None:
+            checkpoint = make_checkpoint(args, agent, optimizer, envs, global_step, iteration, next_obs, next_done)
+        torch.save(checkpoint, model_path)
+        print(f"checkpoint of iteration {checkpoint['iteration']} saved to {model_path}")
+    envs.close()
+    writer.close()
+    if args.track:
+        wandb.finish()
+    if nan_message is not None:
+        fail(nan_message)
