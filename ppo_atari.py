@@ -33,6 +33,7 @@ from torch.distributions.categorical import Categorical
 from torch.utils.tensorboard import SummaryWriter
 
 gym.register_envs(ale_py)
+ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)  # no emulator banner on stderr
 
 
 @dataclass
@@ -116,31 +117,17 @@ def make_env(env_id: str, idx: int, capture_video: bool, run_name: str):
             env = gym.wrappers.RecordVideo(env, f"videos/{run_name}")
         else:
             env = gym.make(env_id, obs_type="grayscale")
-        env = NoopReset(env)
-        if env.spec.kwargs.get("frameskip") == 1:  # NoFrameskip-v4 ids; ALE/*-v5 skip 4 frames in the emulator
-            env = gym.wrappers.MaxAndSkipObservation(env, skip=4)  # max over the last two frames, rewards summed
+        # 1-30 no-ops at reset; frames skipped 4 at a time with the max of the last two (v5 ids skip in the emulator); 84x84
+        env = gym.wrappers.AtariPreprocessing(env, frame_skip=4 if env.spec.kwargs.get("frameskip") == 1 else 1)
         env = gym.wrappers.RecordEpisodeStatistics(env)  # below life loss and clipping: the score of a whole game
         env = EpisodicLife(env)
         if env.unwrapped.get_action_meanings()[1] == "FIRE":
             env = FireReset(env)
         env = gym.wrappers.TransformReward(env, np.sign)  # learning sees rewards clipped to their sign
-        env = gym.wrappers.ResizeObservation(env, (84, 84))
         env = gym.wrappers.FrameStackObservation(env, 4)
         return env
 
     return thunk
-
-
-class NoopReset(gym.Wrapper):
-    """Start each game with 1 to 30 no-ops, drawn from the env's seeded RNG."""
-
-    def reset(self, **kwargs):
-        obs, info = self.env.reset(**kwargs)
-        for _ in range(self.np_random.integers(1, 31)):
-            obs, _, terminated, truncated, info = self.env.step(0)
-            if terminated or truncated:
-                obs, info = self.env.reset()
-        return obs, info
 
 
 class EpisodicLife(gym.Wrapper):
@@ -330,7 +317,7 @@ def evaluate(args: Args, run_name: str, device: torch.device) -> list:
     envs = gym.vector.SyncVectorEnv(
         [make_env(args.env_id, 0, args.capture_video, run_name)], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
     )
-    agent = Agent(envs).to(device)
+    agent = Agent(envs).to(device, memory_format=torch.channels_last)  # faster convolutions on CPU
     agent.load_state_dict(ckpt["agent"])
     torch.manual_seed(args.seed)  # sampled actions: the same seed plays the same episodes
     obs, _ = envs.reset(seed=args.seed)
@@ -409,7 +396,7 @@ if __name__ == "__main__":
     )
 
     # AGENT AND OPTIMIZER
-    agent = Agent(envs).to(device)
+    agent = Agent(envs).to(device, memory_format=torch.channels_last)  # faster convolutions on CPU
     optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, foreach=True)
 
     # STORAGE

@@ -271,10 +271,7 @@ def check_env(env_id: str):
     if isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) in (2, 3):
         fail(f"{env_id} has image observations of shape {obs_space.shape}; use ppo_atari.py for images")
     if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
-        fail(
-            f"{env_id} observations are {obs_space}, not a flat Box; "
-            "wrap the env in gymnasium.wrappers.FlattenObservation or use another script"
-        )
+        fail(f"{env_id} observations are {obs_space}, not a flat Box; wrap the env in gymnasium.wrappers.FlattenObservation")
 
 
 def load_checkpoint(path: str, args: Args) -> dict:
