@@ -150,8 +150,8 @@ class EpisodicLife(gym.Wrapper):
         return {**self.__dict__, "emulator": (self.unwrapped.clone_state(include_rng=True), self.unwrapped.np_random)}
 
     def __setstate__(self, state):
-        emulator, self.unwrapped.np_random = state.pop("emulator")
         self.__dict__.update(state)
+        emulator, self.unwrapped.np_random = self.__dict__.pop("emulator")
         self.unwrapped.restore_state(emulator)
 
 

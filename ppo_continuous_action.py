@@ -16,23 +16,26 @@ import copy
 import os
 import pickle
 import random
+import sys
 import time
-import warnings
 from collections import deque
 from dataclasses import asdict, dataclass
 from typing import Optional
 
 import gymnasium as gym
+import mujoco
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.optim as optim
 import tyro
+from gymnasium.envs.mujoco.mujoco_env import MujocoEnv
 from gymnasium.wrappers.utils import RunningMeanStd
 from torch.distributions.normal import Normal
 from torch.utils.tensorboard import SummaryWriter
 
-warnings.filterwarnings("ignore", message=".*settotalmass")  # MuJoCo 4 about gymnasium's HalfCheetah model, harmless
+# MuJoCo 4 warns about a deprecated attribute in gymnasium's HalfCheetah model at every load: harmless, not shown
+mujoco.set_mju_user_warning(lambda message: None if "settotalmass" in message else print(f"MuJoCo: {message}", file=sys.stderr))
 if not os.environ.get("DISPLAY"):
     os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering for --capture-video
 
@@ -122,16 +125,29 @@ def make_env(env_id: str, idx: int, capture_video: bool, run_name: str):
             env = gym.wrappers.RecordVideo(env, f"videos/{run_name}")
         else:
             env = gym.make(env_id)
-        env = gym.wrappers.ClipAction(env)  # the env gets the action clipped to its bounds; the batch keeps the sample
+        env = MujocoState(env) if isinstance(env.unwrapped, MujocoEnv) else env
         env = gym.wrappers.RecordEpisodeStatistics(env)
         return env
 
     return thunk
 
 
+class MujocoState(gym.Wrapper):
+    """Pickles the simulation mid-episode (gymnasium's MuJoCo envs pickle only their constructor arguments), for exact resume."""
+
+    def __getstate__(self):
+        return {**self.__dict__, "simulation": (self.unwrapped.data, self.unwrapped.np_random)}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        data, self.unwrapped.np_random = self.__dict__.pop("simulation")
+        mujoco.mj_copyData(self.unwrapped.data, self.unwrapped.model, data)
+
+
 class NormalizeVector(gym.vector.VectorWrapper):
     """baselines' VecNormalize for a SAME_STEP vector env: observations (final ones too) by their running mean and
-    variance, rewards by the running std of the discounted return, both clipped to [-10, 10]; `frozen` in evaluation."""
+    variance, rewards by the running std of the discounted return, both clipped to [-10, 10]; `frozen` in evaluation.
+    Actions are clipped to their bounds on the way to the env; the batch keeps the unclipped sample."""
 
     def __init__(self, env: gym.vector.SyncVectorEnv, args: Args):
         super().__init__(env)
@@ -150,7 +166,9 @@ class NormalizeVector(gym.vector.VectorWrapper):
         return self.normalize(obs), infos
 
     def step(self, actions):
-        obs, reward, terminations, truncations, infos = self.env.step(actions)
+        obs, reward, terminations, truncations, infos = self.env.step(
+            np.clip(actions, self.single_action_space.low, self.single_action_space.high)
+        )
         if not self.frozen:
             self.obs_rms.update(obs)
             self.discounted_return = self.discounted_return * self.gamma + reward
@@ -265,7 +283,7 @@ def check_env(env_id: str):
     obs_space, act_space = env.observation_space, env.action_space
     env.close()
     if isinstance(act_space, gym.spaces.Discrete):
-        fail(f"{env_id} has discrete actions; use ppo.py for it")
+        fail(f"{env_id} has discrete actions; use ppo.py for it (ppo_atari.py for Atari)")
     if not isinstance(act_space, gym.spaces.Box):
         fail(f"{env_id} has a {type(act_space).__name__} action space; {os.path.basename(__file__)} needs Box actions")
     if isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) in (2, 3):

@@ -1,7 +1,8 @@
 """Tiny envs whose every number is known, for the tests.
 
 Importing this module registers them, so scripts reach them as `--env-id tests.envs:Constant-v0`
-(gymnasium imports the module named before the colon).
+(gymnasium imports the module named before the colon). Each has a twin with continuous actions for
+ppo_continuous_action.py, named with `Box`: `tests.envs:ConstantBox-v0`.
 """
 
 import gymnasium as gym
@@ -12,30 +13,31 @@ class ConstantEnv(gym.Env):
     """The same observation every step and reward 1; ends by termination after `terminate_at` steps
     when given, otherwise only through the TimeLimit of its registration (truncation)."""
 
-    def __init__(self, terminate_at=None, obs_dim=1):
-        self.observation_space = gym.spaces.Box(-1.0, 1.0, (obs_dim,), np.float32)
-        self.action_space = gym.spaces.Discrete(2)
+    def __init__(self, terminate_at=None, obs_dim=1, box=False, value=1.0):
+        self.observation_space = gym.spaces.Box(-10.0, 10.0, (obs_dim,), np.float32)
+        self.action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32) if box else gym.spaces.Discrete(2)
+        self.value = value
         self.terminate_at = terminate_at
         self.t = 0
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
         self.t = 0
-        return np.ones(self.observation_space.shape, np.float32), {}
+        return np.full(self.observation_space.shape, self.value, np.float32), {}
 
     def step(self, action):
         self.t += 1
         terminated = self.terminate_at is not None and self.t >= self.terminate_at
-        return np.ones(self.observation_space.shape, np.float32), 1.0, terminated, False, {}
+        return np.full(self.observation_space.shape, self.value, np.float32), 1.0, terminated, False, {}
 
 
 class RecorderEnv(gym.Env):
     """Short episodes of random length (2 to 4 steps) with distinct observations and rewards.
-    `log` keeps (obs seen, action taken, reward given) for every step the env really took."""
+    `log` keeps (obs seen, action received, reward given) for every step the env really took."""
 
-    def __init__(self):
+    def __init__(self, box=False, bound=100.0):
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
-        self.action_space = gym.spaces.Discrete(3)
+        self.action_space = gym.spaces.Box(-bound, bound, (2,), np.float32) if box else gym.spaces.Discrete(3)
         self.log = []
         self.episode = 0
 
@@ -53,7 +55,7 @@ class RecorderEnv(gym.Env):
         obs_before = self._obs()
         self.t += 1
         reward = float(self.episode * 100 + self.t)
-        self.log.append((obs_before, int(action), reward))
+        self.log.append((obs_before, np.array(action) if isinstance(self.action_space, gym.spaces.Box) else int(action), reward))
         return self._obs(), reward, self.t >= self.length, False, {}
 
 
@@ -66,12 +68,16 @@ class NaNRewardEnv(ConstantEnv):
         return obs, float("nan") if self.total > 300 else reward, terminated, truncated, info
 
 
-gym.register("Constant-v0", entry_point=ConstantEnv, max_episode_steps=10)
-gym.register("ConstantTerminal-v0", entry_point=ConstantEnv, kwargs={"terminate_at": 10})
-gym.register("Recorder-v0", entry_point=RecorderEnv)
-gym.register("NaNReward-v0", entry_point=NaNRewardEnv, max_episode_steps=10)
+for suffix, box in (("", False), ("Box", True)):
+    gym.register(f"Constant{suffix}-v0", entry_point=ConstantEnv, max_episode_steps=10, kwargs={"box": box})
+    gym.register(f"ConstantTerminal{suffix}-v0", entry_point=ConstantEnv, kwargs={"terminate_at": 10, "box": box})
+    gym.register(f"Recorder{suffix}-v0", entry_point=RecorderEnv, kwargs={"box": box})
+    gym.register(f"NaNReward{suffix}-v0", entry_point=NaNRewardEnv, max_episode_steps=10, kwargs={"box": box})
+gym.register("ConstantThree-v0", entry_point=ConstantEnv, max_episode_steps=10, kwargs={"box": True, "value": 3.0})
+gym.register("ClippedRecorder-v0", entry_point=RecorderEnv, kwargs={"box": True, "bound": 0.5})
 gym.register("MultiDiscrete-v0", entry_point=lambda: _Spaces(gym.spaces.MultiDiscrete([2, 2])))
 gym.register("DictObs-v0", entry_point=lambda: _Spaces(gym.spaces.Discrete(2), gym.spaces.Dict({"a": gym.spaces.Discrete(2)})))
+gym.register("DictObsBox-v0", entry_point=lambda: _Spaces(gym.spaces.Box(-1, 1, (1,)), gym.spaces.Dict({"a": gym.spaces.Discrete(2)})))
 
 
 class _Spaces(gym.Env):

@@ -11,14 +11,40 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPTS = ["ppo.py", "ppo_rnn.py"]
+SCRIPTS = ["ppo.py", "ppo_rnn.py", "ppo_continuous_action.py", "ppo_atari.py"]
+TOY_SCRIPTS = [s for s in SCRIPTS if s != "ppo_atari.py"]  # the scripts that can run the tests' own envs (tests.envs)
 TINY = ["--num-envs", "2", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "2"]
+# a real env of each script's kind whose episodes end within a few dozen steps of random play
+QUICK_ENV = {
+    "ppo.py": "CartPole-v1",
+    "ppo_rnn.py": "CartPoleNoVel-v1",
+    "ppo_continuous_action.py": "Hopper-v5",
+    "ppo_atari.py": "BreakoutNoFrameskip-v4",
+}
+# another env of the same kind, for checkpoints trained on a different env
+OTHER_ENV = {
+    "ppo.py": "Acrobot-v1",
+    "ppo_rnn.py": "Acrobot-v1",
+    "ppo_continuous_action.py": "Pendulum-v1",
+    "ppo_atari.py": "PongNoFrameskip-v4",
+}
+
+
+def toy(script: str, name: str) -> str:
+    """The id of a test env (tests/envs.py) with the action space the script needs."""
+    return f"tests.envs:{name}{'Box' if script == 'ppo_continuous_action.py' else ''}-v0"
+
+
+def plain(script: str) -> list:
+    """Flags that make the observations and rewards a script learns from the env's own (no normalization)."""
+    return ["--no-norm-obs", "--no-norm-reward"] if script == "ppo_continuous_action.py" else []
 
 
 def load(script: str):
     """Import a script's definitions (its __main__ guard keeps training from running)."""
     spec = importlib.util.spec_from_file_location(Path(script).stem + "_under_test", ROOT / script)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # so that what the script defines (env wrappers) pickles
     spec.loader.exec_module(module)
     return module
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from tests.helpers import SCRIPTS, TINY, checkpoint_path, cli, run
+from tests.helpers import OTHER_ENV, QUICK_ENV, SCRIPTS, TINY, checkpoint_path, cli, load, run
 
 TAGS = [
     "charts/episodic_return",
@@ -34,11 +34,6 @@ def error_of(script, *argv, cwd) -> str:
 
 BAD_ARGS = [
     (["--env-id", "CartPol-v1"], "unknown env id 'CartPol-v1'"),
-    (["--env-id", "Pendulum-v1"], "use ppo_continuous_action.py"),
-    (["--env-id", "BreakoutNoFrameskip-v4"], "use ppo_atari.py"),
-    (["--env-id", "tests.envs:ImageObs-v0"], "use ppo_atari.py"),
-    (["--env-id", "tests.envs:MultiDiscrete-v0"], "needs Discrete actions"),
-    (["--env-id", "tests.envs:DictObs-v0"], "not a flat Box"),
     (["--num-minibatches", "3"], "is not divisible by --num-minibatches 3"),
     (["--num-envs", "0"], "--num-envs must be positive"),
     (["--num-steps", "-5"], "--num-steps must be positive"),
@@ -57,11 +52,36 @@ BAD_ARGS = [
 ]
 
 
+# envs of another script's kind: (script, env id, what the error says)
+DISCRETE_VECTOR = [
+    ("Pendulum-v1", "use ppo_continuous_action.py"),
+    ("BreakoutNoFrameskip-v4", "use ppo_atari.py"),
+    ("tests.envs:ImageObs-v0", "use ppo_atari.py"),
+    ("tests.envs:MultiDiscrete-v0", "needs Discrete actions"),
+    ("tests.envs:DictObs-v0", "not a flat Box"),
+]
+WRONG_KIND = [("ppo.py", *case) for case in DISCRETE_VECTOR] + [("ppo_rnn.py", *case) for case in DISCRETE_VECTOR]
+WRONG_KIND += [
+    ("ppo_continuous_action.py", "CartPole-v1", "has discrete actions; use ppo.py"),
+    ("ppo_continuous_action.py", "BreakoutNoFrameskip-v4", "ppo_atari.py"),
+    ("ppo_continuous_action.py", "tests.envs:MultiDiscrete-v0", "needs Box actions"),
+    ("ppo_continuous_action.py", "tests.envs:DictObsBox-v0", "not a flat Box"),
+    ("ppo_atari.py", "CartPole-v1", "is not an Atari game; use ppo.py"),
+    ("ppo_atari.py", "Pendulum-v1", "ppo_continuous_action.py for continuous actions"),
+]
+
+
 @pytest.mark.parametrize("script", SCRIPTS)
 @pytest.mark.parametrize("argv,expected", BAD_ARGS, ids=[" ".join(a) for a, _ in BAD_ARGS])
 def test_bad_input_is_one_line_error(script, argv, expected, tmp_path):
     assert expected in error_of(script, *argv, cwd=tmp_path)
     assert not (tmp_path / "runs").exists()  # stopped before writing anything
+
+
+@pytest.mark.parametrize("script,env_id,expected", WRONG_KIND)
+def test_env_of_another_kind_names_the_right_script(script, env_id, expected, tmp_path):
+    assert expected in error_of(script, "--env-id", env_id, cwd=tmp_path)
+    assert not (tmp_path / "runs").exists()
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
@@ -75,11 +95,14 @@ def test_bad_checkpoints(script, tmp_path):
     torch.save({"script": "other_script.py", "args": {"env_id": "CartPole-v1"}, "agent": {}}, tmp_path / "other.pt")
     assert "run it with other_script.py" in error_of(script, "--eval-checkpoint", "other.pt", cwd=tmp_path)
 
-    run(script, *TINY, "--total-timesteps", "32", "--save-model", "--env-id", "Acrobot-v1", cwd=tmp_path)
+    other, default_steps = OTHER_ENV[script], load(script).Args().total_timesteps
+    run(script, *TINY, "--total-timesteps", "32", "--save-model", "--env-id", other, cwd=tmp_path)
     path = str(checkpoint_path(tmp_path))
-    assert "pass --env-id Acrobot-v1" in error_of(script, "--eval-checkpoint", path, cwd=tmp_path)
-    assert "was trained with total_timesteps=32, not 500000" in error_of(script, "--env-id", "Acrobot-v1", "--resume", path, cwd=tmp_path)
-    resume = ["--env-id", "Acrobot-v1", *TINY, "--total-timesteps", "32", "--resume", path]
+    assert f"pass --env-id {other}" in error_of(script, "--eval-checkpoint", path, cwd=tmp_path)
+    assert f"was trained with total_timesteps=32, not {default_steps}" in error_of(
+        script, "--env-id", other, "--resume", path, cwd=tmp_path
+    )
+    resume = ["--env-id", other, *TINY, "--total-timesteps", "32", "--resume", path]
     assert "was trained with num_envs=2, not 4" in error_of(script, *resume, "--num-envs", "4", "--num-steps", "8", cwd=tmp_path)
     assert "was trained with learning_rate=" in error_of(script, *resume, "--learning-rate", "0.5", cwd=tmp_path)
     run(script, *resume, cwd=tmp_path)  # the same settings resume
@@ -95,7 +118,7 @@ def test_errors_in_a_terminal_have_no_traceback(script, tmp_path):
 
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_cli_smoke_logs_every_tag(script, tmp_path):
-    result = cli(script, *TINY, "--total-timesteps", "640", cwd=tmp_path)
+    result = cli(script, "--env-id", QUICK_ENV[script], *TINY, "--total-timesteps", "640", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     progress = [line for line in result.stdout.splitlines() if line.startswith("iter ")]
     assert len(progress) == 20 and re.match(r"iter 20/20 step 640 SPS \d+ return [\d.]+ \(last \d+\) ETA", progress[-1])
@@ -108,7 +131,7 @@ def test_cli_smoke_logs_every_tag(script, tmp_path):
 
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_capture_video(script, tmp_path):
-    result = cli(script, *TINY, "--total-timesteps", "320", "--capture-video", cwd=tmp_path)
+    result = cli(script, "--env-id", QUICK_ENV[script], *TINY, "--total-timesteps", "320", "--capture-video", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert list(tmp_path.glob("videos/*/*.mp4"))
 
@@ -122,17 +145,18 @@ def test_track_with_wandb_offline(script, tmp_path):
 
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_save_then_evaluate(script, tmp_path):
-    result = cli(script, "--total-timesteps", "20480", "--save-model", cwd=tmp_path)
+    env = ["--env-id", QUICK_ENV[script]]
+    result = cli(script, *env, *TINY, "--total-timesteps", "2048", "--save-model", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     path = str(checkpoint_path(tmp_path))
     evals = []
     for extra in ([], [], ["--eval-greedy", "--capture-video"]):
-        result = cli(script, "--eval-checkpoint", path, "--eval-episodes", "3", *extra, cwd=tmp_path)
+        result = cli(script, *env, "--eval-checkpoint", path, "--eval-episodes", "3", *extra, cwd=tmp_path)
         assert result.returncode == 0, result.stderr
         (summary,) = [line for line in result.stdout.splitlines() if line.startswith("eval: ")]
         evals.append(summary)
     assert evals[0] == evals[1]  # the same seed plays the same episodes
-    assert re.match(r"eval: 3 episodes \(greedy\), return [\d.]+ ± [\d.]+", evals[2])
+    assert re.match(r"eval: 3 episodes \(greedy\), return -?[\d.]+ ± [\d.]+", evals[2])
     assert list(tmp_path.glob("videos/*-eval/*.mp4"))
 
 

@@ -9,7 +9,21 @@ import gymnasium as gym
 import pytest
 import torch
 
-from tests.helpers import ROOT, SCRIPTS, TINY, checkpoint_path, cli, interrupt_at_call, params, run, same_params
+from tests.helpers import (
+    QUICK_ENV,
+    ROOT,
+    SCRIPTS,
+    TINY,
+    TOY_SCRIPTS,
+    checkpoint_path,
+    cli,
+    interrupt_at_call,
+    load,
+    params,
+    run,
+    same_params,
+    toy,
+)
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
@@ -19,7 +33,7 @@ def test_first_minibatch_ratio_is_exactly_one(script, iteration, tmp_path, monke
     minibatch of the first epoch equal the stored ones bit for bit (episode ends fall inside this
     rollout; in iteration 2 a recurrent agent starts from the state carried over from iteration 1)."""
     interrupt_at_call(monkeypatch, torch.optim.Adam, "step", 1 + 8 * (iteration - 1))  # 4 epochs x 2 minibatches
-    argv = ["--num-envs", "4", "--num-steps", "128", "--num-minibatches", "2", "--update-epochs", "4"]
+    argv = ["--env-id", QUICK_ENV[script], "--num-envs", "4", "--num-steps", "128", "--num-minibatches", "2", "--update-epochs", "4"]
     g = run(script, *argv, "--total-timesteps", "1024", cwd=tmp_path)
     assert g["dones"].sum() > 0
     assert g["iteration"] == iteration and len(g["mb_inds"]) == g["args"].minibatch_size
@@ -55,9 +69,9 @@ def test_interrupted_then_resumed_equals_uninterrupted(script, tmp_path, monkeyp
     assert same_params(straight, params(resumed["agent"]))
 
 
-@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("script", TOY_SCRIPTS)
 def test_nan_stops_and_keeps_last_good_checkpoint(script, tmp_path):
-    argv = ["--env-id", "tests.envs:NaNReward-v0", *TINY, "--total-timesteps", "2000", "--save-model"]
+    argv = ["--env-id", toy(script, "NaNReward"), *TINY, "--total-timesteps", "2000", "--save-model"]
     result = cli(script, *argv, cwd=tmp_path)
     assert result.returncode != 0
     assert "Traceback" not in result.stderr
@@ -100,7 +114,8 @@ def test_ipython_run_leaves_the_namespace(script, tmp_path, monkeypatch):
     assert shell.user_ns["global_step"] == 4096 - 4096 % shell.user_ns["args"].batch_size
 
     shell.user_ns.clear()
-    interrupt_at_call(monkeypatch, gym.vector.SyncVectorEnv, "step", 200)  # Ctrl-C in the second rollout (128 steps each)
+    second_rollout = load(script).Args().num_steps + 72
+    interrupt_at_call(monkeypatch, gym.vector.SyncVectorEnv, "step", second_rollout)  # Ctrl-C in the second rollout
     shell.run_line_magic("run", f"{ROOT / script} --total-timesteps 4096")
     assert all(name in shell.user_ns for name in names)
     assert shell.user_ns["iteration"] == 2
