@@ -162,7 +162,8 @@ class NormalizeVector(gym.vector.VectorWrapper):
     def reset(self, **kwargs):
         obs, infos = self.env.reset(**kwargs)
         self.discounted_return[:] = 0
-        self.obs_rms.update(obs) if not self.frozen else None
+        if not self.frozen:
+            self.obs_rms.update(obs)
         return self.normalize(obs), infos
 
     def step(self, actions):

@@ -161,17 +161,20 @@ def test_save_then_evaluate(script, tmp_path):
 
 
 LEARNING = {
-    # script: (its default task's budget, the last-100-episode mean it must reach). A uniform random
-    # policy averages about 22 on both tasks; ppo.py reaches 237 on CartPole-v1 at 80k (seed 1) and
-    # only 40 on the masked task at 50k, where the recurrent policy reaches 213.
-    "ppo.py": (80000, 195),
-    "ppo_rnn.py": (50000, 150),
+    # script: (task, budget, the last-100-episode mean it must reach). A uniform random policy averages
+    # about 22 on the CartPoles; ppo.py reaches 237 on CartPole-v1 at 80k (seed 1) and only 40 on the
+    # masked task at 50k, where the recurrent policy reaches 213. InvertedPendulum-v5 episodes of a
+    # random policy last a handful of steps; the Gaussian policy reaches 292 at 40,960 (seed 1).
+    # Atari learns too slowly on a CPU for CI: benchmark/ppo_atari.sh measures it.
+    "ppo.py": ("CartPole-v1", 80000, 195),
+    "ppo_rnn.py": ("CartPoleNoVel-v1", 50000, 150),
+    "ppo_continuous_action.py": ("InvertedPendulum-v5", 40960, 200),
 }
 
 
-@pytest.mark.parametrize("script", SCRIPTS)
-def test_learns_its_default_task(script, tmp_path):
-    steps, threshold = LEARNING[script]
-    g = run(script, "--total-timesteps", str(steps), "--seed", "1", cwd=tmp_path)
+@pytest.mark.parametrize("script", list(LEARNING))
+def test_learns_a_small_task(script, tmp_path):
+    env_id, steps, threshold = LEARNING[script]
+    g = run(script, "--env-id", env_id, "--total-timesteps", str(steps), "--seed", "1", cwd=tmp_path)
     assert len(g["recent_returns"]) == 100
     assert sum(g["recent_returns"]) / 100 >= threshold
