@@ -9,3 +9,11 @@ bash benchmark/run_many.sh ppo_continuous_action.py "$out" "HalfCheetah-v5 Hoppe
 bash benchmark/run_many.sh ppo_continuous_action.py "$out" "HalfCheetah-v5" "1 2 3" --total-timesteps 1000000 \
   --no-bootstrap-truncation --exp-name ppo_continuous_action_no_bootstrap
 python benchmark/report.py "$out/runs" --title "MuJoCo v5, 1M steps" --out "$out/report"
+# the saved final models, evaluated with their frozen statistics next to their training return
+for ckpt in "$out"/runs/HalfCheetah-v5__ppo_continuous_action__*/ppo_continuous_action.pt; do
+  seed=$(basename "$(dirname "$ckpt")" | awk -F__ '{print $3}')
+  train=$(grep "^iter 488/488" "$out/logs/ppo_continuous_action__HalfCheetah-v5__$seed.log" | sed -E 's/.*return (-?[0-9.]+).*/\1/')
+  for mode in "" --eval-greedy; do
+    echo "seed $seed training (last 100) $train | $(python ppo_continuous_action.py --eval-checkpoint "$ckpt" --eval-episodes 10 --no-cuda $mode | tail -n 1)"
+  done
+done | tee "$out/eval.txt"

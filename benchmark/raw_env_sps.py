@@ -1,5 +1,6 @@
 """Raw throughput of a script's own vector env: its make_env, SAME_STEP autoreset, random actions
-drawn in advance, no agent. usage: python benchmark/raw_env_sps.py ppo.py CartPole-v1 [num_envs] [steps]"""
+drawn in advance, no agent. num_envs defaults to the script's own default.
+usage: python benchmark/raw_env_sps.py ppo.py CartPole-v1 [num_envs] [steps]"""
 
 import importlib.util
 import sys
@@ -10,11 +11,11 @@ import gymnasium as gym
 import numpy as np
 
 script, env_id = sys.argv[1], sys.argv[2]
-num_envs = int(sys.argv[3]) if len(sys.argv) > 3 else 4
-num_steps = int(sys.argv[4]) if len(sys.argv) > 4 else 50_000
 spec = importlib.util.spec_from_file_location("script", Path(__file__).resolve().parent.parent / script)
 module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
+num_envs = int(sys.argv[3]) if len(sys.argv) > 3 and sys.argv[3] else module.Args().num_envs
+num_steps = int(sys.argv[4]) if len(sys.argv) > 4 else 50_000
 envs = gym.vector.SyncVectorEnv(
     [module.make_env(env_id, i, False, "raw") for i in range(num_envs)],
     autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
