@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Shared by the benchmark scripts: run SCRIPT over ENVS x SEEDS, JOBS at a time, logs under OUT.
-# usage: run_many.sh SCRIPT OUT "ENV1 ENV2" "1 2 3" [extra args for the script...]
+# usage: [TAG=name] run_many.sh SCRIPT OUT "ENV1 ENV2" "1 2 3" [extra args for the script...]  (TAG goes into the log names)
 set -euo pipefail
 script=$1 out=$2 envs=$3 seeds=$4
 shift 4
@@ -12,7 +12,7 @@ for env in $envs; do
   for seed in $seeds; do
     while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do sleep 1; done
     echo "start $script $env seed $seed"
-    python "$root/$script" --env-id "$env" --seed "$seed" --no-cuda "$@" >"logs/${script%.py}__${env//\//_}__$seed.log" 2>&1 &
+    python "$root/$script" --env-id "$env" --seed "$seed" --no-cuda "$@" >"logs/${script%.py}${TAG:+__$TAG}__${env//\//_}__$seed.log" 2>&1 &
   done
 done
 wait
