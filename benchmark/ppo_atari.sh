@@ -2,6 +2,7 @@
 # Atari, default settings (10M steps), seeds 1-3: Breakout, Pong, BeamRider. 10M steps take about
 # 12 hours per run on a 2-core CPU: run it on a GPU machine. `SHORT=1` runs the CPU check instead:
 # Breakout, 1M steps, seed 1 (compare with CleanRL's 21.04 at 1M on this machine class).
+# The committed 1M result ran with OMP_NUM_THREADS=1 (it shared the CPU with the MuJoCo benchmark).
 # usage: bash benchmark/ppo_atari.sh   or   SHORT=1 bash benchmark/ppo_atari.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
