@@ -26,23 +26,23 @@ def layer(env, cls):
 
 
 def record_steps(env) -> list:
-    """Log every (action, obs, reward) the emulator itself steps (one frame each for NoFrameskip ids)."""
-    ale_env, log = env.unwrapped, []
-    original = ale_env.step
+    """Log every (action, obs, reward) that `env` itself steps; for `env.unwrapped`, each is one
+    emulator frame on NoFrameskip ids."""
+    log, original = [], env.step
 
     def step(action):
         out = original(action)
         log.append((int(action), out[0].copy(), out[1]))
         return out
 
-    ale_env.step = step
+    env.step = step
     return log
 
 
 @pytest.mark.parametrize("env_id,fire", [("BreakoutNoFrameskip-v4", True), ("MsPacmanNoFrameskip-v4", False)])
 def test_reset_plays_noops_then_fire(env_id, fire):
     env = make(env_id)
-    log = record_steps(env)
+    log = record_steps(env.unwrapped)
     noops = set()
     for seed in range(6):
         log.clear()
@@ -57,7 +57,7 @@ def test_reset_plays_noops_then_fire(env_id, fire):
 
 def test_frame_skip_max_pools_the_last_two_frames():
     env = make()
-    log = record_steps(env)
+    log = record_steps(env.unwrapped)
     obs, _ = env.reset(seed=0)
     rng, pooled_differs = np.random.default_rng(0), False
     for _ in range(100):
@@ -118,25 +118,17 @@ def test_life_loss_ends_the_episode_for_learning_but_not_the_game():
 def test_rewards_are_clipped_for_learning_and_the_logged_return_is_the_score():
     """Space Invaders pays 5 to 30 points an alien: learning sees 1, the log sees the points of the whole game."""
     env = make("SpaceInvadersNoFrameskip-v4")
-    preprocessing = layer(env, gym.wrappers.AtariPreprocessing)
-    raw = []
-    original = preprocessing.step
-
-    def step(action):
-        out = original(action)
-        raw.append(out[1])
-        return out
-
-    preprocessing.step = step
+    steps = record_steps(layer(env, gym.wrappers.AtariPreprocessing))  # every reward the score counts, unclipped
     env.reset(seed=0)
     rng = np.random.default_rng(0)
     while True:
         _, reward, terminated, truncated, info = env.step(int(rng.integers(env.action_space.n)))
-        assert reward == np.sign(raw[-1])
+        assert reward == np.sign(steps[-1][2])
         if "episode" in info:
             break
         if terminated or truncated:
             env.reset()  # a lost life: the episode ends for learning, the game goes on
+    raw = [r for _, _, r in steps]
     assert info["episode"]["r"] == sum(raw)
     assert max(raw) > 1  # the clipping was exercised
 
