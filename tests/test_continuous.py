@@ -6,6 +6,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from gymnasium.wrappers.utils import RunningMeanStd
 from torch.distributions.normal import Normal
 
 from tests.helpers import TINY, checkpoint_path, interrupt_at_call, load, run
@@ -170,8 +171,7 @@ def test_evaluation_uses_the_saved_statistics_frozen(tmp_path, monkeypatch):
 
     # the same checkpoint without its statistics plays differently: they matter to this agent
     ckpt = torch.load(path, weights_only=False)
-    fresh = module.NormalizeVector(plain_vector("Hopper-v5", 1), module.Args())
-    ckpt["normalization"] = (fresh.obs_rms, fresh.return_rms, fresh.discounted_return)
+    ckpt["normalization"] = (RunningMeanStd(shape=saved_obs_rms.mean.shape), RunningMeanStd(shape=()), np.zeros(1))
     torch.save(ckpt, tmp_path / "no_stats.pt")
     args.eval_checkpoint = str(tmp_path / "no_stats.pt")
     assert module.evaluate(args, "eval", torch.device("cpu")) != returns
