@@ -13,6 +13,7 @@ Checkpoints are pickles (optimizer, RNG and env state): load only checkpoints yo
 """
 
 import copy
+import math
 import os
 import pickle
 import random
@@ -31,7 +32,6 @@ import torch.optim as optim
 import tyro
 from gymnasium.envs.mujoco.mujoco_env import MujocoEnv
 from gymnasium.wrappers.utils import RunningMeanStd
-from torch.distributions.normal import Normal
 from torch.utils.tensorboard import SummaryWriter
 
 # MuJoCo 4 warns about a deprecated attribute in gymnasium's HalfCheetah model at every load: harmless, not shown
@@ -155,6 +155,12 @@ class NormalizeVector(gym.vector.VectorWrapper):
         self.obs_rms, self.return_rms = RunningMeanStd(shape=self.single_observation_space.shape), RunningMeanStd(shape=())
         self.discounted_return = np.zeros(self.num_envs)
 
+    @staticmethod
+    def update(rms: RunningMeanStd, x: np.ndarray):
+        """rms.update(x), same numbers, without np.var's overhead (a third of this wrapper's time at 1 env)."""
+        mean = x.sum(0) / len(x)
+        rms.update_from_moments(mean, ((x - mean) ** 2).sum(0) / len(x), len(x))
+
     def normalize(self, obs: np.ndarray) -> np.ndarray:
         normalized = np.clip((obs - self.obs_rms.mean) / np.sqrt(self.obs_rms.var + 1e-8), -10, 10).astype(np.float32)
         return normalized if self.norm_obs else obs
@@ -163,7 +169,7 @@ class NormalizeVector(gym.vector.VectorWrapper):
         obs, infos = self.env.reset(**kwargs)
         self.discounted_return[:] = 0
         if not self.frozen:
-            self.obs_rms.update(obs)
+            self.update(self.obs_rms, obs)
         return self.normalize(obs), infos
 
     def step(self, actions):
@@ -171,9 +177,9 @@ class NormalizeVector(gym.vector.VectorWrapper):
             np.clip(actions, self.single_action_space.low, self.single_action_space.high)
         )
         if not self.frozen:
-            self.obs_rms.update(obs)
+            self.update(self.obs_rms, obs)
             self.discounted_return = self.discounted_return * self.gamma + reward
-            self.return_rms.update(self.discounted_return)
+            self.update(self.return_rms, self.discounted_return)
         self.discounted_return[terminations | truncations] = 0
         for i in np.flatnonzero(infos.get("_final_obs", [])):  # V(final_obs) for the bootstrap sees what V always sees
             infos["final_obs"][i] = self.normalize(infos["final_obs"][i])
@@ -212,11 +218,16 @@ class Agent(nn.Module):
 
     def get_action_and_value(self, x: torch.Tensor, action: Optional[torch.Tensor] = None):
         action_mean = self.actor(x)  # (B, act_dim)
-        probs = Normal(action_mean, self.actor_logstd.expand_as(action_mean).exp(), validate_args=False)
+        action_std = self.actor_logstd.expand_as(action_mean).exp()
         if action is None:
-            action = probs.sample()
+            with torch.no_grad():
+                action = torch.normal(action_mean, action_std)
+        # torch.distributions.Normal's sample, log_prob and entropy written out (same numbers, a third of the rollout's policy time)
+        log_std = action_std.log()
+        log_prob = -((action - action_mean) ** 2) / (2 * action_std**2) - log_std - math.log(math.sqrt(2 * math.pi))
+        entropy = 0.5 + 0.5 * math.log(2 * math.pi) + log_std
         # (B, act_dim) action, unclipped (the env clips it); (B,) log-prob and entropy summed over action dims; (B,) value
-        return action, probs.log_prob(action).sum(1), probs.entropy().sum(1), self.critic(x).squeeze(-1)
+        return action, log_prob.sum(1), entropy.sum(1), self.critic(x).squeeze(-1)
 
 
 def compute_gae(rewards, values, dones, next_value, next_done, gamma: float, gae_lambda: float):

@@ -59,6 +59,52 @@ def test_observation_statistics_match_numpy():
         assert normalized.dtype == np.float32
 
 
+@pytest.mark.parametrize("num_envs", [1, 3])
+def test_statistics_update_is_gymnasiums_bit_for_bit(num_envs):
+    """The wrapper's own update (np.var's overhead left out, for speed) gives RunningMeanStd.update's
+    numbers exactly, for observations (float32 batches) and for the scalar return statistics."""
+    module = load(SCRIPT)
+    rng = np.random.default_rng(0)
+    ours = RunningMeanStd(shape=(5,)), RunningMeanStd(shape=())
+    gyms = RunningMeanStd(shape=(5,)), RunningMeanStd(shape=())
+    for k in range(200):
+        obs = (rng.normal(size=(num_envs, 5)) * rng.uniform(0.1, 100) + k).astype(np.float32)
+        returns = rng.normal(size=num_envs) * 30 - 5
+        for batch, mine, theirs in ((obs, ours[0], gyms[0]), (returns, ours[1], gyms[1])):
+            module.NormalizeVector.update(mine, batch)
+            theirs.update(batch)
+            assert np.array_equal(mine.mean, theirs.mean) and np.array_equal(mine.var, theirs.var)
+            assert mine.count == theirs.count
+    assert ours[0].var.min() > 1 and ours[1].var > 1  # the stream moved the statistics
+
+
+def test_gaussian_is_torch_normal_bit_for_bit():
+    """get_action_and_value writes out Normal's sample, log_prob and entropy: the same sample from the
+    same seed, the same numbers, and the same gradients for the update."""
+    module = load(SCRIPT)
+    envs = gym.vector.SyncVectorEnv([lambda: gym.make("Hopper-v5")] * 2)
+    torch.manual_seed(3)
+    agent = module.Agent(envs)
+    with torch.no_grad():
+        agent.actor_logstd.copy_(torch.randn_like(agent.actor_logstd))
+    x = torch.randn(16, envs.single_observation_space.shape[0])
+    torch.manual_seed(7)
+    action, logprob, entropy, _ = agent.get_action_and_value(x)
+    ours = torch.autograd.grad((logprob - entropy).sum(), list(agent.actor.parameters()) + [agent.actor_logstd])
+
+    probs = Normal(agent.actor(x), agent.actor_logstd.expand(16, -1).exp())
+    torch.manual_seed(7)
+    sample = probs.sample()
+    reference_logprob, reference_entropy = probs.log_prob(sample).sum(1), probs.entropy().sum(1)
+    theirs = torch.autograd.grad((reference_logprob - reference_entropy).sum(), list(agent.actor.parameters()) + [agent.actor_logstd])
+    assert torch.equal(action, sample) and not action.requires_grad
+    assert torch.equal(logprob, reference_logprob) and torch.equal(entropy, reference_entropy)
+    assert all(torch.equal(a, b) for a, b in zip(ours, theirs, strict=True))
+    # with the action given (the update), the log-probability of that action
+    given = torch.randn(16, sample.shape[1])
+    assert torch.equal(agent.get_action_and_value(x, given)[1], probs.log_prob(given).sum(1))
+
+
 def test_observations_are_clipped_to_ten():
     module = load(SCRIPT)
     envs = normalized_vector(module, "tests.envs:RecorderBox-v0", 1)
