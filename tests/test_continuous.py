@@ -88,15 +88,16 @@ def test_gaussian_is_torch_normal_bit_for_bit():
     with torch.no_grad():
         agent.actor_logstd.copy_(torch.randn_like(agent.actor_logstd))
     x = torch.randn(16, envs.single_observation_space.shape[0])
+    params = [*agent.actor.parameters(), agent.actor_logstd]
     torch.manual_seed(7)
     action, logprob, entropy, _ = agent.get_action_and_value(x)
-    ours = torch.autograd.grad((logprob - entropy).sum(), list(agent.actor.parameters()) + [agent.actor_logstd])
+    ours = torch.autograd.grad((logprob - entropy).sum(), params)
 
     probs = Normal(agent.actor(x), agent.actor_logstd.expand(16, -1).exp())
     torch.manual_seed(7)
     sample = probs.sample()
     reference_logprob, reference_entropy = probs.log_prob(sample).sum(1), probs.entropy().sum(1)
-    theirs = torch.autograd.grad((reference_logprob - reference_entropy).sum(), list(agent.actor.parameters()) + [agent.actor_logstd])
+    theirs = torch.autograd.grad((reference_logprob - reference_entropy).sum(), params)
     assert torch.equal(action, sample) and not action.requires_grad
     assert torch.equal(logprob, reference_logprob) and torch.equal(entropy, reference_entropy)
     assert all(torch.equal(a, b) for a, b in zip(ours, theirs, strict=True))
