@@ -29,6 +29,7 @@ import torch
 import torch.nn as nn
 import torch.optim as optim
 import tyro
+from ale_py.vector_env import AtariVectorEnv
 from torch.distributions.categorical import Categorical
 from torch.utils.tensorboard import SummaryWriter
 
@@ -101,6 +102,10 @@ class Args:
     """stop the update of an iteration before the first minibatch whose approx KL exceeds it"""
     bootstrap_truncation: bool = True
     """bootstrap gamma * V(final_obs) at time-limit truncations (off: treat them as termination)"""
+    native_envs: bool = True
+    """step the games with ale-py's C++ vector env (off: gymnasium's wrappers, for exact resume; --capture-video uses them)"""
+    env_threads: int = 0
+    """threads of the native vector env (0: one per available core, at most num_envs); not part of the run"""
 
     batch_size: int = 0
     """the batch size (computed in runtime)"""
@@ -165,6 +170,58 @@ class FireReset(gym.Wrapper):
             if terminated or truncated:
                 obs, info = self.env.reset(**kwargs)
         return obs, info
+
+
+class NativeAtari(gym.vector.VectorWrapper):
+    """ale-py's AtariVectorEnv (the same emulator; no-ops, frame skip, max-pooling, 84x84 grayscale and
+    the frame stack done in C++ on a thread pool) with make_env's learning semantics: a lost life ends
+    the episode for learning while the game goes on, rewards clipped to their sign, and each whole
+    game's raw score and length in infos["final_info"] as RecordEpisodeStatistics reports them."""
+
+    def __init__(self, env_id: str, num_envs: int, num_threads: int, **settings):
+        spec = gym.spec(env_id.split(":")[-1]).kwargs  # "module:Game-v4" ids: gym.make imported the module
+        skip = spec.get("frameskip", 4)  # NoFrameskip ids: 1, so skip 4 here with the max of the last two frames
+        super().__init__(
+            AtariVectorEnv(
+                spec["game"],
+                num_envs,
+                num_threads=num_threads or min(num_envs, len(os.sched_getaffinity(0))),
+                frameskip=4 if skip == 1 else skip,
+                maxpool=skip == 1,
+                repeat_action_probability=spec.get("repeat_action_probability", 0.25),
+                full_action_space=spec.get("full_action_space", False),
+                max_num_frames_per_episode=spec.get("max_num_frames_per_episode", 108000),
+                life_loss_info=True,  # not episodic_life=True: that restarts the whole game at every lost life
+                reward_clipping=False,  # the score is the raw rewards' sum; learning gets their sign below
+                autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+                **{"noop_max": 30, "use_fire_reset": True, **settings},  # FIRE at a game's start only, not after a lost life
+            )
+        )
+        self.returns, self.lengths, self.lives = np.zeros(num_envs), np.zeros(num_envs, dtype=np.int64), None
+
+    def reset(self, **kwargs):
+        obs, infos = self.env.reset(**kwargs)
+        self.returns[:], self.lengths[:], self.lives = 0, 0, infos["lives"]
+        return obs, infos
+
+    def step(self, actions):
+        obs, rewards, terminations, truncations, infos = self.env.step(actions)
+        self.returns += rewards
+        self.lengths += 1
+        game_over = (terminations | truncations) & (infos["lives"] >= self.lives)  # a lost life lowers the count, a new game does not
+        self.lives = infos["lives"]
+        if game_over.any():
+            infos["final_info"] = {"episode": {"r": self.returns.copy(), "l": self.lengths.copy()}, "_episode": game_over}
+            self.returns[game_over], self.lengths[game_over] = 0, 0
+        return obs, np.sign(rewards).astype(np.float64), terminations, truncations, infos
+
+
+def make_envs(args: Args, num_envs: int, run_name: str) -> gym.vector.VectorEnv:
+    """The native vector env, or gymnasium's wrappers in a SyncVectorEnv; both in SAME_STEP autoreset mode."""
+    if args.native_envs and not args.capture_video:
+        return NativeAtari(args.env_id, num_envs, args.env_threads)
+    thunks = [make_env(args.env_id, i, args.capture_video, run_name) for i in range(num_envs)]
+    return gym.vector.SyncVectorEnv(thunks, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
 
 
 def layer_init(layer: nn.Linear, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Linear:
@@ -257,15 +314,21 @@ def check_args(args: Args):
         fail(f"--total-timesteps {args.total_timesteps} is less than one batch (num_envs * num_steps = {batch_size})")
 
 
-def check_env(env_id: str):
+def check_env(env_id: str, native: bool):
     """Fail early, before anything is written, if the env is unknown or not of this script's kind."""
     try:
         env = gym.make(env_id)
     except gym.error.Error as e:
         fail(f"unknown env id {env_id!r} ({e}); list the ids with `python -c 'import gymnasium; gymnasium.pprint_registry()'`")
+    except ImportError as e:
+        fail(f"the module of env id {env_id!r} does not import ({e.__cause__ or e}); check the name before ':' or install it")
     env.close()
     if not isinstance(env.unwrapped, ale_py.AtariEnv):
         fail(f"{env_id} is not an Atari game; use ppo.py (or ppo_continuous_action.py for continuous actions)")
+    if native and (not isinstance(env.spec.kwargs.get("frameskip", 4), int) or {"mode", "difficulty"} & env.spec.kwargs.keys()):
+        fail(
+            f"ale-py's native vector env cannot play {env_id} (random frame skip or game mode); use a NoFrameskip-v4 or v5 id, or --no-native-envs"
+        )
 
 
 def load_checkpoint(path: str, args: Args) -> dict:
@@ -291,7 +354,7 @@ def make_checkpoint(args: Args, agent, optimizer, envs, global_step: int, iterat
     try:
         env_state = pickle.dumps(envs.envs)  # the sub-envs mid-episode, with their RNGs and wrappers
     except Exception:
-        env_state = None  # a video recorder cannot be pickled: resume then starts new episodes
+        env_state = None  # a video recorder or the native vector env cannot be pickled: resume then starts new games
     return {
         "script": os.path.basename(__file__),
         "args": asdict(args),
@@ -314,9 +377,7 @@ def make_checkpoint(args: Args, agent, optimizer, envs, global_step: int, iterat
 def evaluate(args: Args, run_name: str, device: torch.device) -> list:
     """Play `args.eval_episodes` episodes with a saved agent and return their returns."""
     ckpt = load_checkpoint(args.eval_checkpoint, args)
-    envs = gym.vector.SyncVectorEnv(
-        [make_env(args.env_id, 0, args.capture_video, run_name)], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
-    )
+    envs = make_envs(args, 1, run_name)
     agent = Agent(envs).to(device, memory_format=torch.channels_last)  # faster convolutions on CPU
     agent.load_state_dict(ckpt["agent"])
     torch.manual_seed(args.seed)  # sampled actions: the same seed plays the same episodes
@@ -338,7 +399,7 @@ if __name__ == "__main__":
     # ARGUMENTS AND RUN NAME
     args = tyro.cli(Args)
     check_args(args)
-    check_env(args.env_id)
+    check_env(args.env_id, args.native_envs and not args.capture_video)
     args.batch_size = args.num_envs * args.num_steps
     args.minibatch_size = args.batch_size // args.num_minibatches
     args.num_iterations = args.total_timesteps // args.batch_size
@@ -354,7 +415,7 @@ if __name__ == "__main__":
     ckpt = load_checkpoint(args.resume, args) if args.resume is not None else None
     if ckpt is not None:  # a resumed run is the same run: the algorithm group must match the checkpoint's
         fields = list(Args.__dataclass_fields__)
-        for name in fields[fields.index("env_id") : fields.index("batch_size")]:
+        for name in fields[fields.index("env_id") : fields.index("env_threads")]:
             if ckpt["args"][name] != getattr(args, name):
                 fail(f"{args.resume!r} was trained with {name}={ckpt['args'][name]!r}, not {getattr(args, name)!r}; pass the same value")
     print(
@@ -390,10 +451,9 @@ if __name__ == "__main__":
     # SAME_STEP autoreset: an episode's last step returns the next episode's first observation and
     # puts the real last one in infos["final_obs"], so every step is a real transition. The default
     # NEXT_STEP mode would spend one step per episode on a reset whose action is ignored.
-    envs = gym.vector.SyncVectorEnv(
-        [make_env(args.env_id, i, args.capture_video, run_name) for i in range(args.num_envs)],
-        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
-    )
+    if args.native_envs and args.capture_video:
+        print("notice: --capture-video records colour frames through gymnasium's wrappers: the native vector env is not used")
+    envs = make_envs(args, args.num_envs, run_name)
 
     # AGENT AND OPTIMIZER
     agent = Agent(envs).to(device, memory_format=torch.channels_last)  # faster convolutions on CPU
@@ -424,7 +484,7 @@ if __name__ == "__main__":
             envs.envs[:] = pickle.loads(ckpt["envs"])  # the sub-envs mid-episode, with their RNGs and wrappers
             next_obs_np = ckpt["next_obs"]
         else:
-            print("notice: the checkpoint holds no env state (it could not be pickled); new episodes start here")
+            print("notice: the checkpoint holds no env state (native envs and video recorders do not pickle); new games start here")
         random.setstate(ckpt["rng"]["python"])
         np.random.set_state(ckpt["rng"]["numpy"])
         torch.set_rng_state(ckpt["rng"]["torch"])

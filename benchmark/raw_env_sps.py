@@ -1,14 +1,16 @@
 """Raw throughput of a script's own vector env: its make_env, SAME_STEP autoreset, random actions
-drawn in advance, no agent. num_envs defaults to the script's own default.
+drawn in advance, no agent. num_envs defaults to the script's own default. For ppo_atari.py it
+measures both of its env paths, gymnasium's wrappers in a SyncVectorEnv and ale-py's native vector
+env (NativeAtari, with the script's default thread count unless THREADS is set), one after the other.
 usage: python benchmark/raw_env_sps.py ppo.py CartPole-v1 [num_envs] [steps]"""
 
 import importlib.util
+import os
 import sys
 import time
 from pathlib import Path
 
 import gymnasium as gym
-import numpy as np
 
 script, env_id = sys.argv[1], sys.argv[2]
 spec = importlib.util.spec_from_file_location("script", Path(__file__).resolve().parent.parent / script)
@@ -16,20 +18,34 @@ module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
 num_envs = int(sys.argv[3]) if len(sys.argv) > 3 and sys.argv[3] else module.Args().num_envs
 num_steps = int(sys.argv[4]) if len(sys.argv) > 4 else 50_000
+
+
+def measure(envs, name: str, sampled: bool = True):
+    envs.reset(seed=1)
+    envs.action_space.seed(1)
+    actions = [envs.action_space.sample() for _ in range(1000)]
+    start = time.perf_counter()
+    for step in range(num_steps):
+        envs.step(actions[step % 1000])
+    elapsed = time.perf_counter() - start
+    if sampled:
+        start = time.perf_counter()
+        for _ in range(num_steps // 5):
+            envs.step(envs.action_space.sample())
+        rate = (num_steps // 5) * num_envs / (time.perf_counter() - start)
+        print(f"raw {env_id} x{num_envs} {name}, action_space.sample() each step: {int(rate)} steps/s")
+    print(f"raw {env_id} x{num_envs} {name}, random actions drawn in advance: {int(num_steps * num_envs / elapsed)} steps/s")
+    envs.close()
+
+
+if hasattr(module, "NativeAtari"):
+    threads = int(os.environ.get("THREADS", 0))
+    native = module.NativeAtari(env_id, num_envs, threads)
+    measure(native, f"native AtariVectorEnv ({threads or min(num_envs, len(os.sched_getaffinity(0)))} threads)", sampled=False)
+    if os.environ.get("NATIVE_ONLY") == "1":
+        sys.exit()
 envs = gym.vector.SyncVectorEnv(
     [module.make_env(env_id, i, False, "raw") for i in range(num_envs)],
     autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
 )
-envs.reset(seed=1)
-envs.single_action_space.seed(1)
-actions = [np.stack([envs.single_action_space.sample() for _ in range(num_envs)]) for _ in range(1000)]
-start = time.perf_counter()
-for step in range(num_steps):
-    envs.step(actions[step % 1000])
-elapsed = time.perf_counter() - start
-start = time.perf_counter()
-for _ in range(num_steps // 5):
-    envs.step(envs.action_space.sample())
-sampled = (num_steps // 5) * num_envs / (time.perf_counter() - start)
-print(f"raw {env_id} x{num_envs} SyncVectorEnv, action_space.sample() each step: {int(sampled)} steps/s")
-print(f"raw {env_id} x{num_envs} SyncVectorEnv, random actions drawn in advance: {int(num_steps * num_envs / elapsed)} steps/s")
+measure(envs, "SyncVectorEnv")

@@ -89,3 +89,15 @@ class _Spaces(gym.Env):
 
 
 gym.register("ImageObs-v0", entry_point=lambda: _Spaces(gym.spaces.Discrete(2), gym.spaces.Box(0, 255, (84, 84, 3), np.uint8)))
+# Pong cut at 400 emulator frames (100 agent steps): a time-limit truncation within one rollout
+gym.register(
+    "ShortPong-v4",
+    entry_point="ale_py.env:AtariEnv",
+    kwargs={
+        "game": "pong",
+        "repeat_action_probability": 0.0,
+        "full_action_space": False,
+        "frameskip": 1,
+        "max_num_frames_per_episode": 400,
+    },
+)

@@ -8,7 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
+from ale_py.vector_env import AtariVectorEnv
+from gymnasium.vector import SyncVectorEnv
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ["ppo.py", "ppo_rnn.py", "ppo_continuous_action.py", "ppo_atari.py"]
@@ -28,6 +31,11 @@ OTHER_ENV = {
     "ppo_continuous_action.py": "Pendulum-v1",
     "ppo_atari.py": "PongNoFrameskip-v4",
 }
+
+# the vector env class whose step() a script calls (ppo_atari.py steps ale-py's native one by default)
+STEP_CLASS = {s: AtariVectorEnv if s == "ppo_atari.py" else SyncVectorEnv for s in SCRIPTS}
+# flags that make a script's envs pickle with their state, for exact resume
+EXACT_RESUME = {s: ["--no-native-envs"] if s == "ppo_atari.py" else [] for s in SCRIPTS}
 
 
 def toy(script: str, name: str) -> str:
@@ -49,10 +57,15 @@ def load(script: str):
     return module
 
 
+def on_cpu(argv) -> list:
+    """The suite pins CPU numerics: every run is on the CPU unless a test asks for `--cuda` (tests/test_cuda.py)."""
+    return list(argv) if "--cuda" in argv else [*argv, "--no-cuda"]
+
+
 def run(script: str, *argv: str, cwd) -> dict:
     """Run a script in this process, in `cwd`, and return its globals (what `%run` leaves)."""
     old_argv, old_cwd = sys.argv, os.getcwd()
-    sys.argv = [script, *argv]
+    sys.argv = [script, *on_cpu(argv)]
     Path(cwd).mkdir(parents=True, exist_ok=True)
     os.chdir(cwd)
     try:
@@ -62,17 +75,32 @@ def run(script: str, *argv: str, cwd) -> dict:
         os.chdir(old_cwd)
 
 
+def error_of(script: str, *argv: str, cwd) -> str:
+    """The message a bad input stops the script with (SystemExit prints it alone, exit code 1)."""
+    with pytest.raises(SystemExit) as exc:
+        run(script, *argv, cwd=cwd)
+    message = str(exc.value.code)
+    assert message.startswith("error: ") and "\n" not in message
+    return message
+
+
 def cli(script: str, *argv: str, cwd, env=None, timeout=600) -> subprocess.CompletedProcess:
     """Run a script as a subprocess in `cwd`."""
-    full_env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "offline", **(env or {})}
+    full_env = {**os.environ, "PYTHONPATH": python_path(), "WANDB_MODE": "offline", **(env or {})}
     return subprocess.run(
-        [sys.executable, str(ROOT / script), *argv],
+        [sys.executable, str(ROOT / script), *on_cpu(argv)],
         cwd=cwd,
         env=full_env,
         capture_output=True,
         text=True,
         timeout=timeout,
     )
+
+
+def python_path() -> str:
+    """The caller's PYTHONPATH with the repo root in front (so that `tests.envs:...` ids import), not
+    instead of it: where the packages themselves import through PYTHONPATH, the child needs them too."""
+    return os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
 
 
 def params(agent) -> list:

@@ -1,15 +1,20 @@
-"""ppo_atari.py's preprocessing on real ale-py games: no-op and FIRE resets, max-pooled frame skip,
-life loss versus game over, clipped rewards versus the logged score, the frame stack, and an env
-that pickles mid-game and plays on identically."""
+"""ppo_atari.py's preprocessing on real ale-py games, for both env paths. gymnasium's wrappers: no-op
+and FIRE resets, max-pooled frame skip, life loss versus game over, clipped rewards versus the logged
+score, the frame stack, and an env that pickles mid-game and plays on identically. ale-py's native
+vector env: the same semantics, truncation bootstrapped, equivalence with the wrappers frame by
+frame, v5 ids, ids it cannot play, and resume without env state."""
 
+import functools
 import pickle
 
 import cv2
 import gymnasium as gym
 import numpy as np
 import pytest
+import torch
+from ale_py.vector_env import AtariVectorEnv
 
-from tests.helpers import load
+from tests.helpers import TINY, checkpoint_path, error_of, interrupt_at_call, load, run
 
 SCRIPT = "ppo_atari.py"
 
@@ -148,3 +153,182 @@ def test_env_pickles_mid_game_and_plays_on_identically():
         assert a[1:4] == b[1:4]
         if a[2] or a[3]:
             np.testing.assert_array_equal(env.reset()[0], copy.reset()[0])
+
+
+# ale-py's native vector env (the default path): the same learning semantics as make_env's stack
+
+
+def native(env_id="BreakoutNoFrameskip-v4", num_envs=1, **settings):
+    return load(SCRIPT).NativeAtari(env_id, num_envs, 1, **settings)
+
+
+def test_native_life_loss_ends_the_episode_for_learning_but_not_the_game():
+    """A lost life terminates (no bootstrap) while the game goes on: the lives count down, the frame
+    count runs on, the broken bricks stay broken, nothing is logged. Game over starts a new game."""
+    envs = native()
+    obs, infos = envs.reset(seed=1)
+    wall = obs[0, -1, 23:37].copy()  # the rows of the bricks in the 84x84 frame
+    rng = np.random.default_rng(1)
+    life_losses, scored_losses, game_overs = 0, 0, 0
+    score = 0.0
+    while game_overs < 2:
+        lives, frame = infos["lives"][0], infos["episode_frame_number"][0]
+        obs, reward, terminations, truncations, infos = envs.step(rng.integers(4, size=1))
+        score += reward[0]
+        assert not truncations[0]
+        if not terminations[0]:
+            assert "final_info" not in infos and infos["episode_frame_number"][0] == frame + 4
+            continue
+        if infos["lives"][0] < lives:
+            life_losses += 1
+            assert infos["lives"][0] == lives - 1 and infos["episode_frame_number"][0] == frame + 4
+            assert "final_info" not in infos
+            if score > 0:  # bricks were hit in this game: the wall was not rebuilt
+                scored_losses += 1
+                assert not np.array_equal(obs[0, -1, 23:37], wall)
+        else:
+            game_overs += 1
+            assert infos["lives"][0] == 5 and infos["episode_frame_number"][0] <= 31  # a new game after its no-ops
+            assert infos["final_info"]["_episode"][0] and infos["final_info"]["episode"]["l"][0] > 0
+            np.testing.assert_array_equal(obs[0, -1, 23:37], wall)
+            score = 0.0
+    assert life_losses == 8 and scored_losses > 0
+
+
+def test_native_rewards_are_clipped_for_learning_and_the_logged_return_is_the_score():
+    """Space Invaders pays 5 to 30 points an alien: learning sees the sign, the log sees the points of
+    every life of the game, and the game's length in agent steps."""
+    envs = native("SpaceInvadersNoFrameskip-v4", 2)
+    raw, original = [], envs.env.step
+
+    def step(actions):
+        out = original(actions)
+        raw.append(out[1].copy())
+        return out
+
+    envs.env.step = step
+    envs.reset(seed=0)
+    rng, start, games = np.random.default_rng(0), np.zeros(2, dtype=int), 0
+    while games < 3:
+        _, reward, terminations, truncations, infos = envs.step(rng.integers(envs.single_action_space.n, size=2))
+        np.testing.assert_array_equal(reward, np.sign(raw[-1]))
+        assert reward.dtype == np.float64
+        for i in np.flatnonzero(infos.get("final_info", {}).get("_episode", np.zeros(2, bool))):
+            assert infos["final_info"]["episode"]["r"][i] == sum(r[i] for r in raw[start[i] :])
+            assert infos["final_info"]["episode"]["l"][i] == len(raw) - start[i]
+            start[i], games = len(raw), games + 1
+    assert max(r.max() for r in raw) > 1  # the clipping was exercised
+
+
+def test_native_truncation_is_bootstrapped(tmp_path, monkeypatch):
+    """tests.envs:ShortPong-v4 cuts every game at 400 frames (100 agent steps after the no-ops): the
+    truncated step's reward is sign(r) + gamma * V(final_obs), checked against a replay of the same
+    seed and actions; no Pong point ends an episode, so no other step carries a bootstrap."""
+    interrupt_at_call(monkeypatch, torch.optim.Adam, "step", 1)
+    argv = ["--env-id", "tests.envs:ShortPong-v4", "--num-envs", "2", "--num-steps", "128", "--num-minibatches", "2"]
+    g = run(SCRIPT, *argv, "--total-timesteps", "256", cwd=tmp_path)
+    assert g["dones"][:, 0].nonzero().flatten().tolist() == [100] == g["dones"][:, 1].nonzero().flatten().tolist()
+
+    replay = load(SCRIPT).NativeAtari("tests.envs:ShortPong-v4", 2, 1)
+    obs, _ = replay.reset(seed=1)
+    np.testing.assert_array_equal(obs, g["obs"][0].numpy())
+    for t in range(128):
+        obs, reward, terminations, truncations, infos = replay.step(g["actions"][t].numpy())
+        assert not terminations.any() and truncations.all() == (t == 99)
+        if t == 99:
+            with torch.inference_mode():
+                reward = reward + g["args"].gamma * g["agent"].get_value(torch.as_tensor(infos["final_obs"])).numpy()
+        assert torch.equal(g["rewards"][t], torch.as_tensor(reward, dtype=torch.float32)), t
+    np.testing.assert_array_equal(obs, g["next_obs"].numpy())
+
+
+@pytest.mark.parametrize("env_id", ["BreakoutNoFrameskip-v4", "PongNoFrameskip-v4"])
+def test_native_env_matches_the_gymnasium_wrappers(env_id, monkeypatch):
+    """No-op starts and FIRE resets off, the same actions: the native vector env and make_env's stack
+    agree on every reward, termination and logged game, and on every frame of the stack that both
+    have seen. They differ where the README says: at a game start the native env pads the stack with
+    zeros (gymnasium repeats the first frame), and after a lost life gymnasium's EpisodicLife plays a
+    no-op (given to the native env here as action 0) and restarts the stack, which the native env keeps."""
+    module = load(SCRIPT)
+    monkeypatch.setattr(gym.wrappers, "AtariPreprocessing", functools.partial(gym.wrappers.AtariPreprocessing, noop_max=0))
+    monkeypatch.setattr(module, "FireReset", lambda env: env)
+    env = module.make_env(env_id, 0, False, "test")()
+    envs = module.NativeAtari(env_id, 1, 1, noop_max=0, use_fire_reset=False)
+    a, _ = env.reset(seed=0)
+    (b,), _ = envs.reset(seed=0)
+    rng, seen, games, life_losses, steps = np.random.default_rng(0), 1, 0, 0, 0
+    while games < 2 and steps < 3000:
+        np.testing.assert_array_equal(a[4 - seen :], b[4 - seen :])  # the frames both stacks hold
+        if seen == 1:
+            assert all(np.array_equal(frame, a[-1]) for frame in a)  # gymnasium: the first frame four times
+        action = int(rng.integers(env.action_space.n))
+        a, reward_a, term_a, trunc_a, info_a = env.step(action)
+        (b,), (reward_b,), (term_b,), (trunc_b,), infos = envs.step(np.array([action]))
+        steps, seen = steps + 1, min(seen + 1, 4)
+        assert (reward_a, term_a, trunc_a) == (reward_b, term_b, trunc_b)
+        assert ("episode" in info_a) == ("final_info" in infos)
+        if "episode" in info_a:  # game over: both start a new game
+            assert (info_a["episode"]["r"], info_a["episode"]["l"]) == (
+                infos["final_info"]["episode"]["r"][0],
+                infos["final_info"]["episode"]["l"][0],
+            )
+            a, _ = env.reset()
+            assert not b[:3].any()  # the native env pads with zeros
+            games, seen = games + 1, 1
+        elif term_a:  # a lost life: gymnasium steps a no-op and restarts its stack
+            a, _ = env.reset()
+            (b,), (reward_b,), (term_b,), _, _ = envs.step(np.array([0]))
+            assert not term_b and np.array_equal(a[-1], b[-1])
+            seen, life_losses = 1, life_losses + 1
+    assert games >= 1 and life_losses == (4 * games if env_id.startswith("Breakout") else 0)
+
+
+def test_native_v5_ids_skip_in_the_emulator_with_sticky_actions():
+    """ALE/*-v5: 4 frames a step; with repeat_action_probability 0.25 the same seed and actions give
+    the same game, another seed another one (NoFrameskip-v4 ids are deterministic given the no-ops)."""
+
+    def play(env_id, seed):
+        envs = native(env_id, noop_max=0)
+        obs, infos = envs.reset(seed=seed)
+        frames, rng = [obs], np.random.default_rng(0)
+        for _ in range(200):
+            frame = infos["episode_frame_number"][0]
+            obs, _, terminations, _, infos = envs.step(rng.integers(4, size=1))
+            assert terminations[0] or infos["episode_frame_number"][0] == frame + 4
+            frames.append(obs)
+        return np.concatenate(frames)
+
+    v5 = play("ALE/Breakout-v5", 0)
+    assert np.array_equal(v5, play("ALE/Breakout-v5", 0)) and not np.array_equal(v5, play("ALE/Breakout-v5", 1))
+    assert np.array_equal(play("BreakoutNoFrameskip-v4", 0), play("BreakoutNoFrameskip-v4", 1))
+
+
+def test_native_env_refuses_ids_it_cannot_play(tmp_path):
+    assert "--no-native-envs" in error_of(SCRIPT, "--env-id", "Breakout-v4", cwd=tmp_path)  # frame skip drawn from 2-4
+    assert not (tmp_path / "runs").exists()
+    g = run(SCRIPT, "--env-id", "Breakout-v4", "--no-native-envs", *TINY, "--total-timesteps", "32", cwd=tmp_path)
+    assert isinstance(g["envs"], gym.vector.SyncVectorEnv)
+
+
+def test_native_resume_restores_the_run_and_starts_new_games(tmp_path, monkeypatch, capsys):
+    """The native env does not pickle: a checkpoint holds the agent, optimizer, counters and RNGs,
+    and --resume continues them with new games, saying so."""
+    argv = [*TINY, "--total-timesteps", "320", "--save-model"]  # 10 iterations of 2 envs x 16 steps
+    with monkeypatch.context() as m:
+        interrupt_at_call(m, AtariVectorEnv, "step", 5 * 16 + 7)
+        run(SCRIPT, *argv, cwd=tmp_path / "a")
+    path = checkpoint_path(tmp_path / "a")
+    ckpt = torch.load(path, weights_only=False)
+    assert ckpt["iteration"] == 5 and ckpt["global_step"] == 160 and ckpt["envs"] is None
+    capsys.readouterr()
+    with monkeypatch.context() as m:
+        interrupt_at_call(m, torch.optim.Adam, "step", 1)  # before the first update of the resumed run
+        g = run(SCRIPT, *argv, "--resume", str(path), cwd=tmp_path / "b")
+    assert "no env state" in capsys.readouterr().out
+    assert g["iteration"] == 6 and g["global_step"] == 192
+    assert g["optimizer"].param_groups[0]["lr"] == pytest.approx(0.5 * g["args"].learning_rate)  # annealed as at iteration 6
+    assert all(torch.equal(p, ckpt["agent"][k]) for k, p in g["agent"].state_dict().items())
+    state = g["optimizer"].state_dict()["state"]
+    assert all(torch.equal(state[k]["exp_avg"], v["exp_avg"]) for k, v in ckpt["optimizer"]["state"].items())
+    resumed = run(SCRIPT, *argv, "--resume", str(path), cwd=tmp_path / "c")
+    assert resumed["global_step"] == 320 and type(resumed["envs"]).__name__ == "NativeAtari"

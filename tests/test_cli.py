@@ -6,7 +6,7 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from tests.helpers import OTHER_ENV, QUICK_ENV, SCRIPTS, TINY, checkpoint_path, cli, load, run
+from tests.helpers import OTHER_ENV, QUICK_ENV, SCRIPTS, TINY, checkpoint_path, cli, error_of, load, run
 
 TAGS = [
     "charts/episodic_return",
@@ -21,15 +21,6 @@ TAGS = [
     "losses/clipfrac",
     "losses/explained_variance",
 ]
-
-
-def error_of(script, *argv, cwd) -> str:
-    """The message a bad input stops the script with (SystemExit prints it alone, exit code 1)."""
-    with pytest.raises(SystemExit) as exc:
-        run(script, *argv, cwd=cwd)
-    message = str(exc.value.code)
-    assert message.startswith("error: ") and "\n" not in message
-    return message
 
 
 BAD_ARGS = [

@@ -10,9 +10,11 @@ import pytest
 import torch
 
 from tests.helpers import (
+    EXACT_RESUME,
     QUICK_ENV,
     ROOT,
     SCRIPTS,
+    STEP_CLASS,
     TINY,
     TOY_SCRIPTS,
     checkpoint_path,
@@ -20,25 +22,35 @@ from tests.helpers import (
     interrupt_at_call,
     load,
     params,
+    python_path,
     run,
     same_params,
     toy,
 )
 
+# The rollout evaluates the policy on a batch of num_envs observations, the update on a minibatch of
+# hundreds (ppo_rnn.py: the LSTM over whole sequences instead of one step at a time). Matrix products
+# of different shapes may accumulate in another order (a BLAS picks its kernel by shape and CPU), so the
+# recomputed log-probabilities equal the stored ones to float32 rounding, not bit for bit: they did bit
+# for bit on Intel CPUs, and ppo_rnn.py's differed in the last bits on a 2-core AMD EPYC. A stale
+# observation, action or parameter moves them by 1e-3 or more even under the near-uniform initial policy.
+CPU_LOGPROB_BOUND = 1e-5
+
 
 @pytest.mark.parametrize("script", SCRIPTS)
 @pytest.mark.parametrize("iteration", [1, 2])
-def test_first_minibatch_ratio_is_exactly_one(script, iteration, tmp_path, monkeypatch):
+def test_first_minibatch_ratio_is_one(script, iteration, tmp_path, monkeypatch):
     """Stop at the first optimizer step of an iteration: the log-probs recomputed for the first
-    minibatch of the first epoch equal the stored ones bit for bit (episode ends fall inside this
+    minibatch of the first epoch equal the stored ones to rounding (episode ends fall inside this
     rollout; in iteration 2 a recurrent agent starts from the state carried over from iteration 1)."""
     interrupt_at_call(monkeypatch, torch.optim.Adam, "step", 1 + 8 * (iteration - 1))  # 4 epochs x 2 minibatches
     argv = ["--env-id", QUICK_ENV[script], "--num-envs", "4", "--num-steps", "128", "--num-minibatches", "2", "--update-epochs", "4"]
     g = run(script, *argv, "--total-timesteps", "1024", cwd=tmp_path)
     assert g["dones"].sum() > 0
     assert g["iteration"] == iteration and len(g["mb_inds"]) == g["args"].minibatch_size
-    assert torch.equal(g["newlogprob"].detach(), g["b_logprobs"][g["mb_inds"]])
-    assert torch.all(g["ratio"] == 1)
+    deviation = (g["newlogprob"].detach() - g["b_logprobs"][g["mb_inds"]]).abs().max().item()
+    assert deviation <= CPU_LOGPROB_BOUND, f"max |log-prob difference| {deviation:.3g}"
+    assert (g["ratio"].detach() - 1).abs().max().item() <= 2 * CPU_LOGPROB_BOUND
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
@@ -54,7 +66,7 @@ def test_same_seed_same_parameters(script, tmp_path):
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_interrupted_then_resumed_equals_uninterrupted(script, tmp_path, monkeypatch):
     """2N iterations straight, versus Ctrl-C in the middle of iteration N+1 then --resume: same parameters."""
-    argv = [*TINY, "--total-timesteps", "320", "--save-model"]  # 10 iterations of 2 envs x 16 steps
+    argv = [*TINY, "--total-timesteps", "320", "--save-model", *EXACT_RESUME[script]]  # 10 iterations of 2 envs x 16 steps
     straight = params(run(script, *argv, cwd=tmp_path / "a")["agent"])
 
     with monkeypatch.context() as m:
@@ -85,8 +97,8 @@ def test_nan_stops_and_keeps_last_good_checkpoint(script, tmp_path):
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_ctrl_c_signal_saves_flushes_and_closes(script, tmp_path):
     """A real SIGINT: the process exits cleanly, the checkpoint and the TensorBoard log are on disk."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
-    argv = [sys.executable, str(ROOT / script), "--save-model", "--total-timesteps", "1000000"]
+    env = {**os.environ, "PYTHONPATH": python_path(), "PYTHONUNBUFFERED": "1"}
+    argv = [sys.executable, str(ROOT / script), "--save-model", "--total-timesteps", "1000000", "--no-cuda"]
     proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     for line in proc.stdout:
         if line.startswith("iter 3/"):
@@ -109,13 +121,13 @@ def test_ipython_run_leaves_the_namespace(script, tmp_path, monkeypatch):
     shell = InteractiveShell.instance()
     names = ["args", "envs", "agent", "optimizer", "obs", "actions", "logprobs", "rewards", "dones", "values"]
     names += ["b_obs", "b_actions", "b_logprobs", "b_advantages", "b_returns", "b_values"]
-    shell.run_line_magic("run", f"{ROOT / script} --total-timesteps 4096")
+    shell.run_line_magic("run", f"{ROOT / script} --total-timesteps 4096 --no-cuda")
     assert all(name in shell.user_ns for name in names)
     assert shell.user_ns["global_step"] == 4096 - 4096 % shell.user_ns["args"].batch_size
 
     shell.user_ns.clear()
     second_rollout = load(script).Args().num_steps + 72
-    interrupt_at_call(monkeypatch, gym.vector.SyncVectorEnv, "step", second_rollout)  # Ctrl-C in the second rollout
-    shell.run_line_magic("run", f"{ROOT / script} --total-timesteps 4096")
+    interrupt_at_call(monkeypatch, STEP_CLASS[script], "step", second_rollout)  # Ctrl-C in the second rollout
+    shell.run_line_magic("run", f"{ROOT / script} --total-timesteps 4096 --no-cuda")
     assert all(name in shell.user_ns for name in names)
     assert shell.user_ns["iteration"] == 2

@@ -1,0 +1,72 @@
+"""The scripts on CUDA, where `--cuda` (the default) puts them on a GPU machine: training, determinism,
+exact resume, the first minibatch's ratio within a bound, and checkpoints that cross between CUDA and
+the CPU. Skipped where torch sees no CUDA device; the rest of the suite pins the CPU (`--no-cuda`)."""
+
+import re
+
+import gymnasium as gym
+import pytest
+import torch
+
+from tests.helpers import EXACT_RESUME, QUICK_ENV, SCRIPTS, TINY, checkpoint_path, cli, interrupt_at_call, params, run, same_params
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device (run the suite on a GPU machine for this section)")
+
+# cuBLAS and cuDNN pick kernels by shape (and cuDNN convolutions round through TF32 on Ampere and later),
+# so the rollout's batch of num_envs and the update's minibatch do not round alike: the recomputed
+# log-probabilities match the stored ones to within this, not bit for bit (the CPU bound is in test_training.py).
+CUDA_LOGPROB_BOUND = 1e-4
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_trains_on_cuda_and_saves(script, tmp_path):
+    result = cli(script, "--env-id", QUICK_ENV[script], *TINY, "--total-timesteps", "640", "--save-model", "--cuda", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"on cuda", result.stdout) and "iter 20/20 step 640" in result.stdout
+    ckpt = torch.load(checkpoint_path(tmp_path), map_location="cpu", weights_only=False)
+    assert ckpt["rng"]["cuda"] is not None and all(torch.isfinite(p).all() for p in ckpt["agent"].values())
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_same_seed_same_parameters_on_cuda(script, tmp_path):
+    argv = [*TINY, "--total-timesteps", "320", "--cuda"]
+    a = run(script, *argv, "--seed", "3", cwd=tmp_path)["agent"]
+    assert all(p.is_cuda for p in a.parameters())
+    b = run(script, *argv, "--seed", "3", cwd=tmp_path)["agent"]
+    c = run(script, *argv, "--seed", "4", cwd=tmp_path)["agent"]
+    assert same_params(params(a), params(b)) and not same_params(params(a), params(c))
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_interrupted_then_resumed_equals_uninterrupted_on_cuda(script, tmp_path, monkeypatch):
+    argv = [*TINY, "--total-timesteps", "320", "--save-model", "--cuda", *EXACT_RESUME[script]]
+    straight = params(run(script, *argv, cwd=tmp_path / "a")["agent"])
+    with monkeypatch.context() as m:
+        interrupt_at_call(m, gym.vector.SyncVectorEnv, "step", 5 * 16 + 7)
+        run(script, *argv, cwd=tmp_path / "b")
+    resumed = run(script, *argv, "--resume", str(checkpoint_path(tmp_path / "b")), cwd=tmp_path / "c")
+    assert resumed["global_step"] == 320
+    assert same_params(straight, params(resumed["agent"]))
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("iteration", [1, 2])
+def test_first_minibatch_ratio_is_one_within_a_bound_on_cuda(script, iteration, tmp_path, monkeypatch):
+    interrupt_at_call(monkeypatch, torch.optim.Adam, "step", 1 + 8 * (iteration - 1))  # 4 epochs x 2 minibatches
+    argv = ["--env-id", QUICK_ENV[script], "--num-envs", "4", "--num-steps", "128", "--num-minibatches", "2", "--update-epochs", "4"]
+    g = run(script, *argv, "--total-timesteps", "1024", "--cuda", cwd=tmp_path)
+    assert g["iteration"] == iteration and g["newlogprob"].is_cuda
+    deviation = (g["newlogprob"].detach() - g["b_logprobs"][g["mb_inds"]]).abs().max().item()
+    assert deviation <= CUDA_LOGPROB_BOUND, f"max |log-prob difference| {deviation:.3g}"
+    assert (g["ratio"] - 1).abs().max().item() <= 2 * CUDA_LOGPROB_BOUND
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("train,evaluate", [("--cuda", "--no-cuda"), ("--no-cuda", "--cuda")])
+def test_checkpoint_evaluates_on_the_other_device(script, train, evaluate, tmp_path):
+    env = ["--env-id", QUICK_ENV[script]]
+    result = cli(script, *env, *TINY, "--total-timesteps", "320", "--save-model", train, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    result = cli(script, *env, "--eval-checkpoint", str(checkpoint_path(tmp_path)), "--eval-episodes", "2", evaluate, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"^eval: 2 episodes \(sampled\), return -?[\d.]+ ± [\d.]+$", result.stdout, flags=re.M)
