@@ -218,6 +218,8 @@ def check_env(env_id: str):
         if "NoFrameskip" in env_id or env_id.startswith("ALE/"):
             fail(f"{env_id} is an Atari game; use ppo_atari.py for it")
         fail(f"unknown env id {env_id!r} ({e}); list the ids with `python -c 'import gymnasium; gymnasium.pprint_registry()'`")
+    except ImportError as e:
+        fail(f"the module of env id {env_id!r} does not import ({e.__cause__ or e}); check the name before ':' or install it")
     obs_space, act_space = env.observation_space, env.action_space
     env.close()
     if isinstance(act_space, gym.spaces.Box):

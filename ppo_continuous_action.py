@@ -36,8 +36,6 @@ from torch.utils.tensorboard import SummaryWriter
 
 # MuJoCo 4 warns about a deprecated attribute in gymnasium's HalfCheetah model at every load: harmless, not shown
 mujoco.set_mju_user_warning(lambda message: None if "settotalmass" in message else print(f"MuJoCo: {message}", file=sys.stderr))
-if not os.environ.get("DISPLAY"):
-    os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering for --capture-video
 
 
 @dataclass
@@ -121,6 +119,8 @@ class Args:
 def make_env(env_id: str, idx: int, capture_video: bool, run_name: str):
     def thunk():
         if capture_video and idx == 0:
+            if not os.environ.get("DISPLAY"):  # headless: EGL, set only when rendering (child processes inherit it)
+                os.environ.setdefault("MUJOCO_GL", "egl")
             env = gym.make(env_id, render_mode="rgb_array")
             env = gym.wrappers.RecordVideo(env, f"videos/{run_name}")
         else:
@@ -292,6 +292,8 @@ def check_env(env_id: str):
         if "NoFrameskip" in env_id or env_id.startswith("ALE/"):
             fail(f"{env_id} is an Atari game; use ppo_atari.py for it")
         fail(f"unknown env id {env_id!r} ({e}); list the ids with `python -c 'import gymnasium; gymnasium.pprint_registry()'`")
+    except ImportError as e:
+        fail(f"the module of env id {env_id!r} does not import ({e.__cause__ or e}); check the name before ':' or install it")
     obs_space, act_space = env.observation_space, env.action_space
     env.close()
     if isinstance(act_space, gym.spaces.Discrete):

@@ -1,18 +1,32 @@
 #!/usr/bin/env bash
-# Atari, default settings (10M steps), seeds 1-3: Breakout, Pong, BeamRider. 10M steps take about
-# 12 hours per run on a 2-core CPU: run it on a GPU machine. `SHORT=1` runs the CPU check instead:
-# Breakout, 1M steps, seed 1 (compare with CleanRL's 21.04 at 1M on this machine class); SEEDS="2 3"
-# adds seeds to the same report, JOBS at a time. The committed 1M results ran with OMP_NUM_THREADS=1
-# (each shared the CPU with another run).
-# usage: bash benchmark/ppo_atari.sh   or   SHORT=1 [SEEDS="1 2 3"] [JOBS=2] bash benchmark/ppo_atari.sh
+# Atari benchmarks for ppo_atari.py (ale-py's native vector env, the default path).
+#   bash benchmark/ppo_atari.sh
+#       GPU machine: Breakout, Pong, BeamRider, 10M steps, seeds 1-3, default settings (8 envs x 128
+#       steps), then the same with the throughput settings (128 envs x 32 steps, 16 minibatches;
+#       exp name ppo_atari_throughput), one run at a time. About 1.6 hours a run at default settings
+#       and 40 minutes with the throughput settings on one H100 with 16 cores (README, Speed).
+#   SHORT=1 [SEEDS="1 2 3"] bash benchmark/ppo_atari.sh
+#       the CPU check: Breakout, 1M steps, the default settings and the throughput settings side by
+#       side (two runs at a time, one per setting, each with --env-threads 1 and OMP_NUM_THREADS=1; the
+#       results do not depend on the thread counts), then the report.
+# On the GPU machine, which runs one command for 10 minutes at most, benchmark/gpu.sh starts one run
+# detached and collects its log; `--save-model` then `--resume` continues a run in a later session
+# (native envs: new games, same agent, optimizer, counters and RNGs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+throughput=(--num-envs 128 --num-steps 32 --num-minibatches 16 --exp-name ppo_atari_throughput)
 if [ "${SHORT:-0}" = 1 ]; then
-  out=benchmark/results/ppo_atari_1m
-  JOBS=${JOBS:-1} bash benchmark/run_many.sh ppo_atari.py "$out" "BreakoutNoFrameskip-v4" "${SEEDS:-1}" --total-timesteps 1000000 --save-model
+  out=benchmark/results/ppo_atari_1m_native
+  export OMP_NUM_THREADS=1
+  JOBS=1 bash benchmark/run_many.sh ppo_atari.py "$out" "BreakoutNoFrameskip-v4" "${SEEDS:-1}" --total-timesteps 1000000 --env-threads 1 &
+  JOBS=1 TAG=throughput bash benchmark/run_many.sh ppo_atari.py "$out" "BreakoutNoFrameskip-v4" "${SEEDS:-1}" \
+    --total-timesteps 1000000 --env-threads 1 "${throughput[@]}" &
+  wait
   python benchmark/report.py "$out/runs" --title "Breakout, 1M steps, CPU" --out "$out/report"
 else
   out=benchmark/results/ppo_atari
-  JOBS=${JOBS:-1} bash benchmark/run_many.sh ppo_atari.py "$out" "BreakoutNoFrameskip-v4 PongNoFrameskip-v4 BeamRiderNoFrameskip-v4" "1 2 3" --cuda
+  games="BreakoutNoFrameskip-v4 PongNoFrameskip-v4 BeamRiderNoFrameskip-v4"
+  JOBS=1 bash benchmark/run_many.sh ppo_atari.py "$out" "$games" "1 2 3" --cuda --save-model
+  JOBS=1 TAG=throughput bash benchmark/run_many.sh ppo_atari.py "$out" "$games" "1 2 3" --cuda --save-model "${throughput[@]}"
   python benchmark/report.py "$out/runs" --title "Atari, 10M steps" --out "$out/report"
 fi

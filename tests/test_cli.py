@@ -25,6 +25,7 @@ TAGS = [
 
 BAD_ARGS = [
     (["--env-id", "CartPol-v1"], "unknown env id 'CartPol-v1'"),
+    (["--env-id", "foo:Bar-v0"], "the module of env id 'foo:Bar-v0' does not import (No module named 'foo')"),
     (["--num-minibatches", "3"], "is not divisible by --num-minibatches 3"),
     (["--num-envs", "0"], "--num-envs must be positive"),
     (["--num-steps", "-5"], "--num-steps must be positive"),
@@ -101,7 +102,7 @@ def test_bad_checkpoints(script, tmp_path):
 
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_errors_in_a_terminal_have_no_traceback(script, tmp_path):
-    for argv in (["--env-id", "NoSuchEnv-v0"], ["--eval-checkpoint", "missing.pt"]):
+    for argv in (["--env-id", "NoSuchEnv-v0"], ["--env-id", "foo:Bar-v0"], ["--eval-checkpoint", "missing.pt"]):
         result = cli(script, *argv, cwd=tmp_path)
         assert result.returncode == 1
         assert len(result.stderr.strip().splitlines()) == 1 and result.stderr.startswith("error: ")

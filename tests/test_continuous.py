@@ -2,6 +2,8 @@
 batch stores, the bootstrap through the normalized final observation, and the statistics that travel
 with a checkpoint into evaluation."""
 
+import os
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -231,3 +233,12 @@ def test_smoke(env_id, tmp_path):
     assert g["actions"].shape == (16, 2, act_dim) and g["actions"].dtype == torch.float32
     assert g["b_logprobs"].shape == (32,)
     assert all(torch.isfinite(p).all() for p in g["agent"].parameters())
+
+
+def test_loading_the_script_leaves_the_environment_alone(monkeypatch):
+    """MUJOCO_GL=egl is set for headless video only, when a recording env is made: set at import, it
+    leaked into every child process, and on a machine without libEGL `import mujoco` then fails there."""
+    monkeypatch.delenv("MUJOCO_GL", raising=False)
+    monkeypatch.delenv("DISPLAY", raising=False)
+    load("ppo_continuous_action.py")
+    assert "MUJOCO_GL" not in os.environ
