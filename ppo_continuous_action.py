@@ -17,6 +17,7 @@ import math
 import os
 import pickle
 import random
+import signal
 import sys
 import time
 from collections import deque
@@ -27,6 +28,7 @@ import gymnasium as gym
 import mujoco
 import numpy as np
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 import torch.optim as optim
 import tyro
@@ -157,9 +159,11 @@ class NormalizeVector(gym.vector.VectorWrapper):
 
     @staticmethod
     def update(rms: RunningMeanStd, x: np.ndarray):
-        """rms.update(x), same numbers, without np.var's overhead (a third of this wrapper's time at 1 env)."""
-        mean = x.sum(0) / len(x)
-        rms.update_from_moments(mean, ((x - mean) ** 2).sum(0) / len(x), len(x))
+        """rms.update(x), same numbers, without np.var's overhead (a third of this wrapper's time at 1 env).
+        Under torchrun the moments are those of every process's x, so the statistics stay identical on all."""
+        count = len(x) * (dist.get_world_size() if dist.is_initialized() else 1)
+        mean = all_sum(x.sum(0)) / count
+        rms.update_from_moments(mean, all_sum(((x - mean) ** 2).sum(0)) / count, count)
 
     def normalize(self, obs: np.ndarray) -> np.ndarray:
         normalized = np.clip((obs - self.obs_rms.mean) / np.sqrt(self.obs_rms.var + 1e-8), -10, 10).astype(np.float32)
@@ -185,6 +189,15 @@ class NormalizeVector(gym.vector.VectorWrapper):
             infos["final_obs"][i] = self.normalize(infos["final_obs"][i])
         scaled = np.clip(reward / np.sqrt(self.return_rms.var + 1e-8), -10, 10)
         return self.normalize(obs), scaled if self.norm_reward else reward, terminations, truncations, infos
+
+
+def all_sum(x: np.ndarray) -> np.ndarray:
+    """x summed over every process under torchrun (x itself in a plain run)."""
+    if not dist.is_initialized():
+        return x
+    total = torch.from_numpy(np.array(x, dtype=np.float64))
+    dist.all_reduce(total)
+    return total.numpy()
 
 
 def layer_init(layer: nn.Linear, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Linear:
@@ -255,8 +268,71 @@ def policy_loss(advantages: torch.Tensor, ratio: torch.Tensor, clip_coef: float)
 
 
 def fail(message: str):
-    """Stop with a one-line error instead of a traceback."""
-    raise SystemExit(f"error: {message}")
+    """Stop with a one-line error instead of a traceback (under torchrun every process stops, rank 0 says why)."""
+    raise SystemExit(f"error: {message}" if os.environ.get("RANK", "0") == "0" else 1)
+
+
+def init_distributed(args: Args) -> tuple:
+    """Under torchrun, join the process group (NCCL between GPUs, one per local rank; gloo on CPUs) and
+    return (rank, world_size, device); a plain `python` run is rank 0 of 1 and has no process group."""
+    rank, world_size = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    cuda = args.cuda and torch.cuda.is_available()
+    if args.cuda and not cuda and rank == 0:
+        print("notice: CUDA is not available, running on CPU")
+    if world_size == 1:
+        return 0, 1, torch.device("cuda" if cuda else "cpu")
+    local_rank, local_size = int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"])
+    if cuda and local_size > torch.cuda.device_count():
+        fail(
+            f"{local_size} processes on this machine for {torch.cuda.device_count()} GPU(s); pass --nproc-per-node {torch.cuda.device_count()}, or --no-cuda"
+        )
+    device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    dist.init_process_group("cpu:gloo,cuda:nccl" if cuda else "gloo")
+    everyone = [None] * world_size
+    dist.all_gather_object(everyone, asdict(args))
+    for name, value in everyone[0].items():
+        if any(other[name] != value for other in everyone):
+            values = ", ".join(sorted({repr(other[name]) for other in everyone}))
+            fail(f"the processes were started with different arguments ({name}: {values}); give them one command line")
+    return rank, world_size, device
+
+
+def all_mean(x: torch.Tensor) -> torch.Tensor:
+    """The mean of x over every process (x itself in a plain run)."""
+    if dist.is_initialized():
+        x = x.clone()
+        dist.all_reduce(x)
+        x /= dist.get_world_size()
+    return x
+
+
+def whole_mean_std(x: torch.Tensor) -> tuple:
+    """Mean and std of x pooled over every process's equal share (x.mean(), x.std() in a plain run)."""
+    if not dist.is_initialized():
+        return x.mean(), x.std()
+    mean = all_mean(x.mean())
+    count = x.numel() * dist.get_world_size()
+    return mean, (all_mean(((x - mean) ** 2).sum()) * dist.get_world_size() / (count - 1)).sqrt()
+
+
+def average_gradients(agent: nn.Module):
+    """Average every gradient over the processes in one collective, so that they all take the same step."""
+    if dist.is_initialized():
+        grads = [p.grad for p in agent.parameters()]
+        flat = all_mean(torch.cat([g.flatten() for g in grads]))
+        for grad, chunk in zip(grads, flat.split([g.numel() for g in grads]), strict=True):
+            grad.copy_(chunk.view_as(grad))
+
+
+def gather(obj) -> Optional[list]:
+    """Every process's obj in rank order, on rank 0 (None on the others); [obj] in a plain run."""
+    if not dist.is_initialized():
+        return [obj]
+    objs = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
+    dist.gather_object(obj, objs)
+    return objs
 
 
 def check_args(args: Args):
@@ -282,6 +358,13 @@ def check_args(args: Args):
         fail("a minibatch of 1 sample cannot normalize advantages; use fewer --num-minibatches or --no-norm-adv")
     if args.eval_checkpoint is None and args.total_timesteps < batch_size:
         fail(f"--total-timesteps {args.total_timesteps} is less than one batch (num_envs * num_steps = {batch_size})")
+    world_size = int(os.environ.get("WORLD_SIZE", 1))  # processes under torchrun, each stepping an equal share of the envs
+    if args.num_envs % world_size:
+        fail(f"--num-envs {args.num_envs} is not divisible by the {world_size} processes; pick a multiple of {world_size}")
+    if (batch_size // world_size) % args.num_minibatches:
+        fail(
+            f"each of the {world_size} processes holds {batch_size // world_size} samples, not divisible by --num-minibatches {args.num_minibatches}"
+        )
 
 
 def check_env(env_id: str):
@@ -325,20 +408,15 @@ def load_checkpoint(path: str, args: Args) -> dict:
 
 
 def make_checkpoint(args: Args, agent, optimizer, envs, global_step: int, iteration: int, next_obs, next_done) -> dict:
-    """Everything needed to continue after `iteration`, copied so that training can go on."""
+    """Everything needed to continue after `iteration`, copied so that training can go on. What differs
+    between processes under torchrun (envs, RNGs) is gathered from every one into "ranks" on rank 0."""
     try:
         env_state = pickle.dumps(envs.envs)  # the sub-envs mid-episode, with their RNGs and wrappers
     except Exception:
         env_state = None  # a video recorder cannot be pickled: resume then starts new episodes
-    return {
-        "script": os.path.basename(__file__),
-        "args": asdict(args),
-        "agent": copy.deepcopy(agent.state_dict()),
-        "optimizer": copy.deepcopy(optimizer.state_dict()),
-        "global_step": global_step,
-        "iteration": iteration,
+    own = {
         "envs": env_state,
-        "normalization": copy.deepcopy((envs.obs_rms, envs.return_rms, envs.discounted_return)),
+        "discounted_return": envs.discounted_return.copy(),  # the reward scaler's, per env
         "next_obs": next_obs.cpu().numpy(),
         "next_done": next_done.cpu().numpy(),
         "rng": {
@@ -347,6 +425,16 @@ def make_checkpoint(args: Args, agent, optimizer, envs, global_step: int, iterat
             "torch": torch.get_rng_state(),
             "cuda": torch.cuda.get_rng_state() if next_obs.is_cuda else None,
         },
+    }
+    return {
+        "script": os.path.basename(__file__),
+        "args": asdict(args),
+        "agent": copy.deepcopy(agent.state_dict()),
+        "optimizer": copy.deepcopy(optimizer.state_dict()),
+        "global_step": global_step,
+        "iteration": iteration,
+        "normalization": copy.deepcopy((envs.obs_rms, envs.return_rms, envs.discounted_return)),  # identical on every process
+        "ranks": gather(own),  # one entry per process
     }
 
 
@@ -381,16 +469,18 @@ if __name__ == "__main__":
     args = tyro.cli(Args)
     check_args(args)
     check_env(args.env_id)
+    rank, world_size, device = init_distributed(args)  # rank 0 of 1 unless started by torchrun
     args.batch_size = args.num_envs * args.num_steps
     args.minibatch_size = args.batch_size // args.num_minibatches
     args.num_iterations = args.total_timesteps // args.batch_size
+    # this process's share: the whole run's batch is split evenly between the processes
+    num_envs, batch_size, minibatch_size = args.num_envs // world_size, args.batch_size // world_size, args.minibatch_size // world_size
     run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
-    if args.cuda and not torch.cuda.is_available():
-        print("notice: CUDA is not available, running on CPU")
-    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
     # small networks: one thread avoids the synchronization cost that dominates tiny CPU matmuls
     torch.set_num_threads(1)
     if args.eval_checkpoint is not None:
+        if rank > 0:
+            raise SystemExit(0)  # one process evaluates
         returns = evaluate(args, f"{run_name}-eval", device)
         greedy = "greedy" if args.eval_greedy else "sampled"
         print(f"eval: {len(returns)} episodes ({greedy}), return {np.mean(returns):.2f} ± {np.std(returns):.2f}")
@@ -401,13 +491,19 @@ if __name__ == "__main__":
         for name in fields[fields.index("env_id") : fields.index("batch_size")]:
             if ckpt["args"][name] != getattr(args, name):
                 fail(f"{args.resume!r} was trained with {name}={ckpt['args'][name]!r}, not {getattr(args, name)!r}; pass the same value")
-    print(
-        f"batch size {args.batch_size}, minibatch size {args.minibatch_size}, "
-        f"{args.num_iterations} iterations of {args.update_epochs} epochs, on {device}"
-    )
+        ckpt["ranks"] = ckpt.get("ranks", [ckpt])  # checkpoints from before torchrun support hold one process's state
+        if len(ckpt["ranks"]) != world_size:
+            fail(f"{args.resume!r} was saved by {len(ckpt['ranks'])} process(es), not {world_size}; resume it with as many")
+    if rank == 0:
+        print(
+            f"batch size {args.batch_size}, minibatch size {args.minibatch_size}, "
+            f"{args.num_iterations} iterations of {args.update_epochs} epochs, on {device}"
+            + (f", {world_size} processes of {num_envs} envs" if world_size > 1 else "")
+        )
 
     # LOGGING
-    if args.track:
+    # one run, one record: rank 0 writes TensorBoard, wandb, videos and checkpoints for every process
+    if args.track and rank == 0:
         import wandb
 
         wandb.init(
@@ -418,16 +514,17 @@ if __name__ == "__main__":
             name=run_name,
             save_code=True,
         )
-    writer = SummaryWriter(f"runs/{run_name}")
-    writer.add_text(
-        "hyperparameters",
-        "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
-    )
+    writer = SummaryWriter(f"runs/{run_name}") if rank == 0 else None
+    if writer is not None:
+        writer.add_text(
+            "hyperparameters",
+            "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
+        )
 
     # SEEDING
-    random.seed(args.seed)
-    np.random.seed(args.seed)
-    torch.manual_seed(args.seed)
+    random.seed(args.seed + rank)  # each process its own streams (rank 0's are those of a plain run)
+    np.random.seed(args.seed + rank)
+    torch.manual_seed(args.seed + rank)
     torch.backends.cudnn.deterministic = args.torch_deterministic
 
     # ENVS
@@ -435,19 +532,22 @@ if __name__ == "__main__":
     # puts the real last one in infos["final_obs"], so every step is a real transition. The default
     # NEXT_STEP mode would spend one step per episode on a reset whose action is ignored.
     envs = gym.vector.SyncVectorEnv(
-        [make_env(args.env_id, i, args.capture_video, run_name) for i in range(args.num_envs)],
+        [make_env(args.env_id, i, args.capture_video and rank == 0, run_name) for i in range(num_envs)],
         autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
     )
     envs = NormalizeVector(envs, args)
 
     # AGENT AND OPTIMIZER
     agent = Agent(envs).to(device)
+    if dist.is_initialized():
+        for param in agent.parameters():
+            dist.broadcast(param.data, src=0)  # every process starts from rank 0's initialization
     optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, foreach=True)
 
     # STORAGE
     # dones[t] = 1 where obs[t] is the first observation of a new episode (the previous step ended one);
     # rewards[t] includes gamma * V(final_obs) where step t hit a time limit (bootstrap_truncation).
-    storage_shape = (args.num_steps, args.num_envs)
+    storage_shape = (args.num_steps, num_envs)
     obs = torch.zeros(storage_shape + envs.single_observation_space.shape, device=device)  # (num_steps, num_envs, *obs_shape)
     actions = torch.zeros(storage_shape + envs.single_action_space.shape, device=device)  # (num_steps, num_envs, act_dim)
     logprobs = torch.zeros(storage_shape, device=device)  # (num_steps, num_envs)
@@ -457,29 +557,36 @@ if __name__ == "__main__":
 
     global_step = 0
     start_iteration = 1
-    next_obs_np, _ = envs.reset(seed=args.seed)
-    envs.action_space.seed(args.seed)
+    next_obs_np, _ = envs.reset(seed=args.seed + rank * num_envs)  # env seeds: the same set as a plain run's
+    envs.action_space.seed(args.seed + rank)
+    own = ckpt["ranks"][rank] if ckpt is not None else None  # this process's envs and RNGs in the checkpoint
     if ckpt is not None:
         agent.load_state_dict(ckpt["agent"])
         optimizer.load_state_dict(ckpt["optimizer"])
         global_step, start_iteration = ckpt["global_step"], ckpt["iteration"] + 1
         envs.obs_rms, envs.return_rms, envs.discounted_return = copy.deepcopy(ckpt["normalization"])
-        if ckpt["envs"] is not None:
-            envs.envs[:] = pickle.loads(ckpt["envs"])  # the sub-envs mid-episode, with their RNGs and wrappers
-            next_obs_np = ckpt["next_obs"]
-        else:
+        envs.discounted_return = own.get("discounted_return", envs.discounted_return).copy()
+        if own["envs"] is not None:
+            envs.envs[:] = pickle.loads(own["envs"])  # the sub-envs mid-episode, with their RNGs and wrappers
+            next_obs_np = own["next_obs"]
+        elif rank == 0:
             print("notice: the checkpoint holds no env state (it could not be pickled); new episodes start here")
-        random.setstate(ckpt["rng"]["python"])
-        np.random.set_state(ckpt["rng"]["numpy"])
-        torch.set_rng_state(ckpt["rng"]["torch"])
-        if device.type == "cuda" and ckpt["rng"]["cuda"] is not None:
-            torch.cuda.set_rng_state(ckpt["rng"]["cuda"])
-        print(f"resumed from {args.resume} at iteration {ckpt['iteration']} (step {global_step})")
+        random.setstate(own["rng"]["python"])
+        np.random.set_state(own["rng"]["numpy"])
+        torch.set_rng_state(own["rng"]["torch"])
+        if device.type == "cuda" and own["rng"]["cuda"] is not None:
+            torch.cuda.set_rng_state(own["rng"]["cuda"])
+        if rank == 0:
+            print(f"resumed from {args.resume} at iteration {ckpt['iteration']} (step {global_step})")
     next_obs = torch.as_tensor(next_obs_np, dtype=obs.dtype, device=device)  # (num_envs, *obs_shape)
-    next_done = torch.zeros(args.num_envs, device=device)  # (num_envs,)
-    if ckpt is not None and ckpt["envs"] is not None:
-        next_done = torch.as_tensor(ckpt["next_done"], device=device)
+    next_done = torch.zeros(num_envs, device=device)  # (num_envs,)
+    if own is not None and own["envs"] is not None:
+        next_done = torch.as_tensor(own["next_done"], device=device)
     recent_returns = deque(maxlen=100)
+    interrupted = []  # Ctrl-C under torchrun reaches each process elsewhere: noted here, acted on by all together
+    if dist.is_initialized():
+        signal.signal(signal.SIGINT, lambda *_: interrupted.append(True))
+    finished = []  # (global_step, return, length) of this process's episodes since the last log
     checkpoint, nan_message = None, None
     start_time, start_step = time.time(), global_step
     iteration = start_iteration - 1
@@ -519,9 +626,7 @@ if __name__ == "__main__":
                 if "final_info" in infos and "episode" in infos["final_info"]:
                     episodes = infos["final_info"]["episode"]
                     for i in np.flatnonzero(infos["final_info"]["_episode"]):
-                        recent_returns.append(float(episodes["r"][i]))
-                        writer.add_scalar("charts/episodic_return", episodes["r"][i], global_step)
-                        writer.add_scalar("charts/episodic_length", episodes["l"][i], global_step)
+                        finished.append((global_step, float(episodes["r"][i]), int(episodes["l"][i])))
 
             # ADVANTAGES
             with torch.inference_mode():
@@ -537,32 +642,32 @@ if __name__ == "__main__":
             b_values = values.reshape(-1)  # (batch,)
 
             # UPDATE
-            b_inds = np.arange(args.batch_size)
+            b_inds = np.arange(batch_size)
             clipfracs = []
             stats = torch.zeros(7, device=device)  # sums of pg, v, entropy, old kl, kl, loss, gradient norm
             num_updates = 0
             for _epoch in range(args.update_epochs):
                 np.random.shuffle(b_inds)
-                for start in range(0, args.batch_size, args.minibatch_size):
-                    mb_inds = b_inds[start : start + args.minibatch_size]
+                for start in range(0, batch_size, minibatch_size):
+                    mb_inds = b_inds[start : start + minibatch_size]
 
                     _, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[mb_inds], b_actions[mb_inds])
-                    assert newlogprob.shape == newvalue.shape == (args.minibatch_size,)
+                    assert newlogprob.shape == newvalue.shape == (minibatch_size,)
                     logratio = newlogprob - b_logprobs[mb_inds]
                     ratio = logratio.exp()
 
                     with torch.no_grad():
                         # http://joschu.net/blog/kl-approx.html
-                        old_approx_kl = (-logratio).mean()
-                        approx_kl = ((ratio - 1) - logratio).mean()
+                        old_approx_kl, approx_kl = all_mean(torch.stack(((-logratio).mean(), ((ratio - 1) - logratio).mean())))
                     if args.target_kl is not None and approx_kl > args.target_kl:
                         break
                     with torch.no_grad():
                         clipfracs.append(((ratio - 1.0).abs() > args.clip_coef).float().mean())
 
                     mb_advantages = b_advantages[mb_inds]
-                    if args.norm_adv:
-                        mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+                    if args.norm_adv:  # by the statistics of the whole minibatch, every process's share of it
+                        mb_mean, mb_std = whole_mean_std(mb_advantages)
+                        mb_advantages = (mb_advantages - mb_mean) / (mb_std + 1e-8)
 
                     pg_loss = policy_loss(mb_advantages, ratio, args.clip_coef)
 
@@ -580,6 +685,7 @@ if __name__ == "__main__":
 
                     optimizer.zero_grad()
                     loss.backward()
+                    average_gradients(agent)
                     grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
                     optimizer.step()
                     stats += torch.stack((pg_loss, v_loss, entropy_loss, old_approx_kl, approx_kl, loss, grad_norm)).detach()
@@ -589,11 +695,22 @@ if __name__ == "__main__":
                 break  # target_kl reached: no further epochs either
 
             # LOGGING
-            pg_mean, v_mean, ent_mean, old_kl_mean, kl_mean, loss_mean, grad_norm_mean = (stats / max(num_updates, 1)).tolist()
+            pg_mean, v_mean, ent_mean, old_kl_mean, kl_mean, loss_mean, grad_norm_mean = all_mean(stats / max(num_updates, 1)).tolist()
             if not (np.isfinite(loss_mean) and np.isfinite(grad_norm_mean)):
                 nan_message = f"the loss became {loss_mean} (gradient norm {grad_norm_mean}) at iteration {iteration}; training stopped"
                 break
-            y_pred, y_true = b_values.cpu().numpy(), b_returns.cpu().numpy()
+            if dist.is_initialized() and all_mean(torch.tensor(float(len(interrupted) > 0), device=device)).item() > 0:
+                raise KeyboardInterrupt  # every process stops at the end of this same iteration
+            clipfrac = all_mean(torch.stack(clipfracs).mean() if clipfracs else torch.zeros((), device=device)).item()
+            episodes_everywhere, values_everywhere = gather(finished), gather((b_values.cpu().numpy(), b_returns.cpu().numpy()))
+            finished = []
+            if rank > 0:
+                continue
+            for episode_step, episode_return, episode_length in sorted(sum(episodes_everywhere, []), key=lambda e: e[0]):
+                recent_returns.append(episode_return)
+                writer.add_scalar("charts/episodic_return", episode_return, episode_step)
+                writer.add_scalar("charts/episodic_length", episode_length, episode_step)
+            y_pred, y_true = (np.concatenate(part) for part in zip(*values_everywhere, strict=True))
             var_y = np.var(y_true)
             explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
             sps = int((global_step - start_step) / (time.time() - start_time))
@@ -603,7 +720,7 @@ if __name__ == "__main__":
             writer.add_scalar("losses/entropy", ent_mean, global_step)
             writer.add_scalar("losses/old_approx_kl", old_kl_mean, global_step)
             writer.add_scalar("losses/approx_kl", kl_mean, global_step)
-            writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item() if clipfracs else 0.0, global_step)
+            writer.add_scalar("losses/clipfrac", clipfrac, global_step)
             writer.add_scalar("losses/explained_variance", explained_var, global_step)
             writer.add_scalar("charts/SPS", sps, global_step)
             eta = (args.num_iterations - iteration) * args.batch_size / max(sps, 1)
@@ -615,18 +732,26 @@ if __name__ == "__main__":
         else:
             checkpoint = None  # finished: save the final state below
     except KeyboardInterrupt:
-        print(f"interrupted during iteration {iteration}; closing (a checkpoint keeps the last whole iteration)")
+        if rank == 0:
+            print(f"interrupted during iteration {iteration}; closing (a checkpoint keeps the last whole iteration)")
 
     # SAVE AND CLOSE
     if args.save_model:
         model_path = f"runs/{run_name}/{args.exp_name}.pt"
         if checkpoint is None:
             checkpoint = make_checkpoint(args, agent, optimizer, envs, global_step, iteration, next_obs, next_done)
-        torch.save(checkpoint, model_path)
-        print(f"checkpoint of iteration {checkpoint['iteration']} saved to {model_path}")
+        if rank == 0:
+            torch.save(checkpoint, model_path)
+            print(f"checkpoint of iteration {checkpoint['iteration']} saved to {model_path}")
     envs.close()
-    writer.close()
-    if args.track:
+    if writer is not None:
+        for episode_step, episode_return, episode_length in finished:  # this process's episodes of an interrupted iteration
+            writer.add_scalar("charts/episodic_return", episode_return, episode_step)
+            writer.add_scalar("charts/episodic_length", episode_length, episode_step)
+        writer.close()
+    if args.track and rank == 0:
         wandb.finish()
+    if dist.is_initialized():
+        dist.destroy_process_group()
     if nan_message is not None:
         fail(nan_message)

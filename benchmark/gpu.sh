@@ -19,9 +19,8 @@ case "${1:-}" in
 speed)
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   python3 -c "import torch, os; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'cores', len(os.sched_getaffinity(0)))"
-  NATIVE_ONLY=1 python3 benchmark/raw_env_sps.py ppo_atari.py BreakoutNoFrameskip-v4 128 500
   CUDA=1 bash benchmark/speed.sh BreakoutNoFrameskip-v4 ppo_atari.py 51200 1000
-  CUDA=1 PATHS=native bash benchmark/speed.sh BreakoutNoFrameskip-v4 ppo_atari.py 307200 1 "${THROUGHPUT[@]}"
+  CUDA=1 PATHS=native NATIVE_ONLY=1 bash benchmark/speed.sh BreakoutNoFrameskip-v4 ppo_atari.py 307200 200 "${THROUGHPUT[@]}"
   ;;
 start)
   shift

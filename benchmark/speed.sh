@@ -3,13 +3,13 @@
 # same autoreset mode, same number of envs), measured one after the other in this run. Run it on an
 # otherwise idle machine. For ppo_atari.py both env paths are measured, raw and in the script: ale-py's
 # native vector env (the default) and gymnasium's wrappers (--no-native-envs).
-# usage: [CUDA=1] [PATHS="native gym"] bash benchmark/speed.sh [ENV_ID] [SCRIPT] [TOTAL_TIMESTEPS] [RAW_STEPS] [script args...]
+# usage: [CUDA=1] [PATHS="native gym"] [NATIVE_ONLY=1] bash benchmark/speed.sh [ENV_ID] [SCRIPT] [TOTAL_TIMESTEPS] [RAW_STEPS] [script args...]
 #   bash benchmark/speed.sh                                                   # ppo.py, CartPole-v1, whole default run
 #   bash benchmark/speed.sh HalfCheetah-v5 ppo_continuous_action.py 204800 20000
 #   bash benchmark/speed.sh BreakoutNoFrameskip-v4 ppo_atari.py 51200 2000
 #   CUDA=1 bash benchmark/speed.sh BreakoutNoFrameskip-v4 ppo_atari.py 1000000 500 --num-envs 128 --num-steps 32 --num-minibatches 16
 # The script runs with --no-cuda unless CUDA=1; extra arguments go to the script (a --num-envs there
-# sets the raw measurement's number of envs too).
+# sets the raw measurement's number of envs too; NATIVE_ONLY=1 skips the raw SyncVectorEnv).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 env_id=${1:-CartPole-v1}

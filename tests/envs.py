@@ -101,3 +101,15 @@ gym.register(
         "max_num_frames_per_episode": 400,
     },
 )
+# VideoPinball (extra lives come with points) cut at 4,000 frames (1,000 agent steps)
+gym.register(
+    "ShortVideoPinball-v4",
+    entry_point="ale_py.env:AtariEnv",
+    kwargs={
+        "game": "video_pinball",
+        "repeat_action_probability": 0.0,
+        "full_action_space": False,
+        "frameskip": 1,
+        "max_num_frames_per_episode": 4000,
+    },
+)

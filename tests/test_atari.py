@@ -14,6 +14,7 @@ import pytest
 import torch
 from ale_py.vector_env import AtariVectorEnv
 
+import tests.envs  # noqa: F401  (registers the short games the native tests play)
 from tests.helpers import TINY, checkpoint_path, error_of, interrupt_at_call, load, run
 
 SCRIPT = "ppo_atari.py"
@@ -233,13 +234,30 @@ def test_native_truncation_is_bootstrapped(tmp_path, monkeypatch):
     obs, _ = replay.reset(seed=1)
     np.testing.assert_array_equal(obs, g["obs"][0].numpy())
     for t in range(128):
+        previous = obs
         obs, reward, terminations, truncations, infos = replay.step(g["actions"][t].numpy())
         assert not terminations.any() and truncations.all() == (t == 99)
         if t == 99:
+            np.testing.assert_array_equal(infos["final_obs"][:, :3], previous[:, 1:])  # the game's last stack, not a stale one
+            assert not infos["final_obs"][:, 3].sum() == 0 and not np.array_equal(infos["final_obs"], obs)
             with torch.inference_mode():
                 reward = reward + g["args"].gamma * g["agent"].get_value(torch.as_tensor(infos["final_obs"])).numpy()
         assert torch.equal(g["rewards"][t], torch.as_tensor(reward, dtype=torch.float32)), t
     np.testing.assert_array_equal(obs, g["next_obs"].numpy())
+
+
+def test_native_time_limit_ends_the_game_even_when_the_lives_count_drops():
+    """VideoPinball awards extra lives. Cut at its time limit holding more lives than a new game starts
+    with, the game restarts and the count drops, as at a lost life: it must still be logged, whole."""
+    envs = native("tests.envs:ShortVideoPinball-v4", 2)  # 1,000 agent steps a game
+    envs.reset(seed=0)
+    rng = np.random.default_rng(0)
+    for t in range(1000):
+        lives = envs.lives.copy()
+        _, _, terminations, truncations, infos = envs.step(rng.integers(envs.single_action_space.n, size=2))
+        assert truncations.all() == (t == 999) and not terminations[truncations].any()
+    assert (infos["lives"] < lives).any()  # the case in point: a restart that lowered the count
+    assert infos["final_info"]["_episode"].all() and (infos["final_info"]["episode"]["l"] == 1000).all()
 
 
 @pytest.mark.parametrize("env_id", ["BreakoutNoFrameskip-v4", "PongNoFrameskip-v4"])
@@ -319,7 +337,7 @@ def test_native_resume_restores_the_run_and_starts_new_games(tmp_path, monkeypat
         run(SCRIPT, *argv, cwd=tmp_path / "a")
     path = checkpoint_path(tmp_path / "a")
     ckpt = torch.load(path, weights_only=False)
-    assert ckpt["iteration"] == 5 and ckpt["global_step"] == 160 and ckpt["envs"] is None
+    assert ckpt["iteration"] == 5 and ckpt["global_step"] == 160 and ckpt["ranks"][0]["envs"] is None
     capsys.readouterr()
     with monkeypatch.context() as m:
         interrupt_at_call(m, torch.optim.Adam, "step", 1)  # before the first update of the resumed run
@@ -332,3 +350,20 @@ def test_native_resume_restores_the_run_and_starts_new_games(tmp_path, monkeypat
     assert all(torch.equal(state[k]["exp_avg"], v["exp_avg"]) for k, v in ckpt["optimizer"]["state"].items())
     resumed = run(SCRIPT, *argv, "--resume", str(path), cwd=tmp_path / "c")
     assert resumed["global_step"] == 320 and type(resumed["envs"]).__name__ == "NativeAtari"
+
+
+def test_checkpoints_from_before_the_native_path_resume_on_gymnasiums(tmp_path):
+    """A checkpoint saved before --native-envs and torchrun existed (no such field, one process's state at
+    the top level) names the flag it needs, and resumes exactly with it."""
+    argv = [*TINY, "--total-timesteps", "64", "--save-model", "--no-native-envs"]
+    run(SCRIPT, *argv, cwd=tmp_path / "a")
+    ckpt = torch.load(checkpoint_path(tmp_path / "a"), weights_only=False)
+    del ckpt["args"]["native_envs"], ckpt["args"]["env_threads"]
+    ckpt.update(ckpt.pop("ranks")[0])
+    torch.save(ckpt, tmp_path / "old.pt")
+    resume = [*TINY, "--total-timesteps", "96", "--resume", str(tmp_path / "old.pt")]
+    assert "was trained with total_timesteps=64" in error_of(SCRIPT, *resume, cwd=tmp_path / "b")
+    resume[resume.index("96")] = "64"
+    assert "was trained with native_envs=False, not True; pass the same value" in error_of(SCRIPT, *resume, cwd=tmp_path / "b")
+    g = run(SCRIPT, *resume, "--no-native-envs", cwd=tmp_path / "b")
+    assert g["global_step"] == 64 and isinstance(g["envs"], gym.vector.SyncVectorEnv)

@@ -24,7 +24,7 @@ def test_trains_on_cuda_and_saves(script, tmp_path):
     assert result.returncode == 0, result.stderr
     assert re.search(r"on cuda", result.stdout) and "iter 20/20 step 640" in result.stdout
     ckpt = torch.load(checkpoint_path(tmp_path), map_location="cpu", weights_only=False)
-    assert ckpt["rng"]["cuda"] is not None and all(torch.isfinite(p).all() for p in ckpt["agent"].values())
+    assert ckpt["ranks"][0]["rng"]["cuda"] is not None and all(torch.isfinite(p).all() for p in ckpt["agent"].values())
 
 
 @pytest.mark.parametrize("script", SCRIPTS)

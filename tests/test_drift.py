@@ -12,8 +12,19 @@ from tests.helpers import ROOT, SCRIPTS
 SIBLINGS = [s for s in SCRIPTS if s != "ppo.py"]
 # changed lines, pinned at what each diff is, so that any growth shows up here. The issues aimed at
 # about 150 (rnn), 80 (atari) and 80 (continuous); the last two are over: README, "Diff sizes".
-BUDGETS = {"ppo_rnn.py": 155, "ppo_atari.py": 217, "ppo_continuous_action.py": 132}
-SHARED = ["layer_init", "compute_gae", "policy_loss", "fail", "load_checkpoint"]
+BUDGETS = {"ppo_rnn.py": 162, "ppo_atari.py": 218, "ppo_continuous_action.py": 145}
+SHARED = [
+    "layer_init",
+    "compute_gae",
+    "policy_loss",
+    "fail",
+    "init_distributed",
+    "all_mean",
+    "whole_mean_std",
+    "average_gradients",
+    "gather",
+    "load_checkpoint",
+]
 
 
 def functions(script):

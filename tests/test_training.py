@@ -75,7 +75,7 @@ def test_interrupted_then_resumed_equals_uninterrupted(script, tmp_path, monkeyp
         run(script, *argv, cwd=tmp_path / "b")
     ckpt = torch.load(checkpoint_path(tmp_path / "b"), weights_only=False)
     assert ckpt["iteration"] == 5 and ckpt["global_step"] == 5 * 32
-    assert ckpt["envs"] is not None  # the envs mid-episode are part of it
+    assert ckpt["ranks"][0]["envs"] is not None  # the envs mid-episode are part of it (a plain run is one process)
 
     resumed = run(script, *argv, "--resume", str(checkpoint_path(tmp_path / "b")), cwd=tmp_path / "c")
     assert resumed["global_step"] == 320

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Data parallelism on this machine: SPS with 1 and 2 processes side by side (`python` against
+# `torchrun --standalone --nproc-per-node 2`, one after the other, same command line), then the
+# learning checks under 2 processes. Logs and reports in benchmark/results/torchrun/.
+#   bash benchmark/torchrun.sh speed       # ppo.py (CartPole-v1, 200k steps) and ppo_atari.py (Breakout, 51,200 steps), 1 and 2 processes
+#   bash benchmark/torchrun.sh cartpole    # ppo.py on CartPole-v1, 2 processes, 500k steps, seeds 1-3 (one run at a time)
+#   bash benchmark/torchrun.sh atari       # ppo_atari.py on Breakout, 2 processes, 1M steps, seed 1 (default settings)
+# Each launcher with its defaults, as a user runs it: `python` leaves torch its thread count (ppo.py
+# sets one itself; ppo_atari.py uses torch's default, 2 here), torchrun gives each process
+# OMP_NUM_THREADS=1. ppo_atari.py's native env threads are shared out among the local processes.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+out=benchmark/results/torchrun
+mkdir -p "$out/logs"
+sps() { tail -n 1 "$1" | sed -E 's/.* SPS ([0-9]+) .*/\1/'; }
+case "${1:-}" in
+speed)
+  for spec in "ppo.py CartPole-v1 200000" "ppo_atari.py BreakoutNoFrameskip-v4 51200"; do
+    read -r script env_id steps <<<"$spec"
+    log="$out/logs/speed_${script%.py}"
+    (cd "$out" && python "$root/$script" --env-id "$env_id" --total-timesteps "$steps" --no-cuda >"$root/${log}_1proc.log" 2>&1)
+    (cd "$out" && python -m torch.distributed.run --standalone --nproc-per-node 2 "$root/$script" --env-id "$env_id" \
+      --total-timesteps "$steps" --no-cuda >"$root/${log}_2proc.log" 2>&1)
+    echo "$script $env_id default settings, $steps steps: 1 process $(sps "${log}_1proc.log") SPS, 2 processes $(sps "${log}_2proc.log") SPS"
+  done | tee "$out/speed.txt"
+  ;;
+cartpole)
+  for seed in 1 2 3; do
+    (cd "$out" && python -m torch.distributed.run --standalone --nproc-per-node 2 "$root/ppo.py" --seed "$seed" --no-cuda \
+      --exp-name ppo_torchrun2 >"$root/$out/logs/ppo_torchrun2__CartPole-v1__$seed.log" 2>&1)
+  done
+  python benchmark/report.py "$out/runs" --title "torchrun, 2 processes" --out "$out/report"
+  ;;
+atari)
+  (cd "$out" && python -m torch.distributed.run --standalone --nproc-per-node 2 "$root/ppo_atari.py" --seed 1 --no-cuda \
+    --total-timesteps 1000000 --exp-name ppo_atari_torchrun2 >"$root/$out/logs/ppo_atari_torchrun2__BreakoutNoFrameskip-v4__1.log" 2>&1)
+  python benchmark/report.py "$out/runs" --title "torchrun, 2 processes" --out "$out/report"
+  ;;
+*)
+  sed -n 2,11p "$0"
+  exit 1
+  ;;
+esac

@@ -1,0 +1,102 @@
+"""Run a script as N processes of one torch.distributed job on this machine (gloo, CPU), the way torchrun
+would start them, but in-process in each child so that a test can patch the script and read its globals.
+Each process writes what the test asks for to `out/rank{rank}.pt`."""
+
+import os
+import socket
+from pathlib import Path
+
+import gymnasium as gym
+import torch
+import torch.multiprocessing as mp
+
+from tests.helpers import STEP_CLASS, run
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Stop(KeyboardInterrupt):
+    """Ctrl-C, as a patched call raises it."""
+
+
+def _patch(cls, name: str, call_number: int, before=None):
+    """Make cls.name raise Stop on its call_number-th call (after calling `before(self)`, if given)."""
+    original, calls = getattr(cls, name), [0]
+
+    def wrapper(self, *a, **kw):
+        calls[0] += 1
+        if calls[0] == call_number:
+            if before is not None:
+                before(self)
+            raise Stop
+        return original(self, *a, **kw)
+
+    setattr(cls, name, wrapper)
+
+
+def _worker(rank: int, world_size: int, port: int, script: str, argvs: list, cwd: str, out: str, stop: dict):
+    os.environ.update(
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world_size),
+        LOCAL_WORLD_SIZE=str(world_size),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+    )
+    episodes = []  # every episode this process's envs finished: (return, length)
+    step_class = STEP_CLASS[script] if "--no-native-envs" not in argvs[rank] else gym.vector.SyncVectorEnv
+    original_step = step_class.step
+
+    def recording_step(self, actions):
+        result = original_step(self, actions)
+        info = result[4].get("final_info", {})
+        if "episode" in info:
+            for i in info["_episode"].nonzero()[0]:
+                episodes.append((float(info["episode"]["r"][i]), int(info["episode"]["l"][i])))
+        return result
+
+    step_class.step = recording_step
+    grads = {}
+    if "adam_step" in stop:  # the first optimizer step: keep the averaged, clipped gradients it would apply
+        _patch(
+            torch.optim.Adam,
+            "step",
+            stop["adam_step"],
+            lambda opt: grads.update(enumerate(p.grad.clone() for p in opt.param_groups[0]["params"])),
+        )
+    if "env_step" in stop:
+        _patch(step_class, "step", stop["env_step"])
+    error = None
+    try:
+        g = run(script, *argvs[rank], cwd=Path(cwd) / f"rank{rank}")
+    except SystemExit as e:
+        error, g = e.code, {}
+    keep = {"error": error, "episodes": episodes, "grads": [grads[i] for i in sorted(grads)]}
+    if hasattr(g.get("envs"), "obs_rms"):  # ppo_continuous_action.py's running statistics
+        keep["statistics"] = [(rms.mean, rms.var, rms.count) for rms in (g["envs"].obs_rms, g["envs"].return_rms)]
+    if "agent" in g:
+        keep["agent"] = {k: v.detach().cpu() for k, v in g["agent"].state_dict().items()}
+        keep["global_step"], keep["iteration"] = g["global_step"], g["iteration"]
+        mb = g.get("mb_inds")
+        if mb is not None:
+            names = ["b_obs", "b_actions", "b_logprobs", "b_advantages", "b_returns", "b_values", "b_dones"]
+            keep["minibatch"] = {name: g[name][mb].detach().cpu() for name in names if name in g}
+            keep["mb_inds"] = mb
+            if "initial_lstm_state" in g:
+                keep["mb_state"] = tuple(s[:, g["mbenvinds"]].cpu() for s in g["initial_lstm_state"])
+    torch.save(keep, Path(out) / f"rank{rank}.pt")
+
+
+def run_distributed(script: str, argv, cwd, world_size: int = 2, stop=None, argvs=None) -> list:
+    """Run `script argv` as world_size processes; returns each rank's record (see _worker)."""
+    out = Path(cwd) / "records"
+    out.mkdir(parents=True, exist_ok=True)
+    argvs = argvs or [list(argv)] * world_size
+    mp.start_processes(
+        _worker, args=(world_size, free_port(), script, argvs, str(cwd), str(out), stop or {}), nprocs=world_size, start_method="spawn"
+    )
+    return [torch.load(out / f"rank{rank}.pt", weights_only=False) for rank in range(world_size)]
