@@ -182,8 +182,9 @@ class FireReset(gym.Wrapper):
 class NativeAtari(gym.vector.VectorWrapper):
     """ale-py's AtariVectorEnv (the same emulator; no-ops, frame skip, max-pooling, 84x84 grayscale and
     the frame stack done in C++ on a thread pool) with make_env's learning semantics: a lost life ends
-    the episode for learning while the game goes on, rewards clipped to their sign, and each whole
-    game's raw score and length in infos["final_info"] as RecordEpisodeStatistics reports them."""
+    the episode for learning while the game goes on, the next action after it is FIRE where the game has
+    it (the serve FireReset presses), rewards clipped to their sign, and each whole game's raw score
+    and length in infos["final_info"] as RecordEpisodeStatistics reports them."""
 
     def __init__(self, env_id: str, num_envs: int, num_threads: int, **settings):
         spec = gym.spec(env_id.split(":")[-1]).kwargs  # "module:Game-v4" ids: gym.make imported the module
@@ -202,24 +203,26 @@ class NativeAtari(gym.vector.VectorWrapper):
                 life_loss_info=True,  # not episodic_life=True: that restarts the whole game at every lost life
                 reward_clipping=False,  # the score is the raw rewards' sum; learning gets their sign below
                 autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
-                **{"noop_max": 30, "use_fire_reset": True, **settings},  # FIRE at a game's start only, not after a lost life
+                **{"noop_max": 30, "use_fire_reset": True, **settings},  # FIRE at a game's start; step() serves a new life
             )
         )
         self.returns, self.lengths, self.lives = np.zeros(num_envs), np.zeros(num_envs, dtype=np.int64), None
+        self.fire = settings.get("use_fire_reset", True) and self.env.ale.get_action_set()[1] == ale_py.Action.FIRE
 
     def reset(self, **kwargs):
         obs, infos = self.env.reset(**kwargs)
-        self.returns[:], self.lengths[:], self.lives = 0, 0, infos["lives"]
+        self.returns[:], self.lengths[:], self.lives, self.serve = 0, 0, infos["lives"], np.zeros(len(obs), dtype=bool)
         return obs, infos
 
     def step(self, actions):
-        obs, rewards, terminations, truncations, infos = self.env.step(actions)
+        # a new life waits for FIRE: the env presses it in place of the agent's action (ignored on that one step)
+        obs, rewards, terminations, truncations, infos = self.env.step(np.where(self.serve, 1, actions))
         self.returns += rewards
         self.lengths += 1
         # a time limit restarts the game; a termination is a game over unless the lives count dropped (a lost life;
         # a new game can start with fewer lives than a game cut at its time limit had, so truncations count alone)
         game_over = truncations | (terminations & (infos["lives"] >= self.lives))
-        self.lives = infos["lives"]
+        self.lives, self.serve = infos["lives"], terminations & ~game_over & self.fire
         if game_over.any():
             infos["final_info"] = {"episode": {"r": self.returns.copy(), "l": self.lengths.copy()}, "_episode": game_over}
             self.returns[game_over], self.lengths[game_over] = 0, 0

@@ -4,6 +4,7 @@ subprocess (to see exit codes and what the terminal shows)."""
 import importlib.util
 import os
 import runpy
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -127,3 +128,14 @@ def interrupt_at_call(monkeypatch, cls, name, call_number):
         return original(self, *a, **kw)
 
     monkeypatch.setattr(cls, name, wrapper)
+
+
+def popen_interruptible(argv: list, **kwargs) -> subprocess.Popen:
+    """subprocess.Popen for a child that Ctrl-C must reach, started as a terminal starts it: with SIGINT's
+    default action. A test run launched in the background by a non-interactive shell (`pytest &` in a
+    script) ignores SIGINT, and an ignored signal stays ignored in every child it starts."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # a handled signal is reset at exec
+    try:
+        return subprocess.Popen(argv, **kwargs)
+    finally:
+        signal.signal(signal.SIGINT, previous)

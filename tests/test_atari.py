@@ -196,6 +196,32 @@ def test_native_life_loss_ends_the_episode_for_learning_but_not_the_game():
     assert life_losses == 8 and scored_losses > 0
 
 
+def test_native_env_serves_each_new_life():
+    """A new life waits for FIRE: like gymnasium's FireReset, the native env presses it after a lost life,
+    in place of the agent's action on that one step. A policy that never fires still plays its games
+    to the end, and two copies of one game given different actions on that step stay identical."""
+    envs = native(num_envs=2)
+    envs.reset(seed=np.array([1, 1]))  # two copies of one game
+    noop, left = np.zeros(2, dtype=np.int64), np.array([0, 3])
+    while True:  # to the first lost life
+        _, _, terminations, _, _ = envs.step(noop)
+        if terminations[0]:
+            break
+    obs, *_ = envs.step(left)  # served: LEFT is not played
+    assert np.array_equal(obs[0], obs[1])
+    obs, *_ = envs.step(left)  # in play: it is
+    assert not np.array_equal(obs[0], obs[1])
+    envs.reset(seed=2)
+    life_losses, game_overs, steps = 0, 0, 0
+    while game_overs < 2 and steps < 2000:  # unserved, a life would wait for the time limit (27,000 steps)
+        _, _, terminations, truncations, infos = envs.step(noop)
+        steps += 1
+        assert not truncations.any()
+        over = "final_info" in infos and infos["final_info"]["_episode"][0]
+        game_overs, life_losses = game_overs + over, life_losses + (terminations[0] and not over)
+    assert life_losses == 8 and game_overs == 2
+
+
 def test_native_rewards_are_clipped_for_learning_and_the_logged_return_is_the_score():
     """Space Invaders pays 5 to 30 points an alien: learning sees the sign, the log sees the points of
     every life of the game, and the game's length in agent steps."""

@@ -17,7 +17,7 @@ import torch.nn as nn
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from tests.distributed import free_port, run_distributed
-from tests.helpers import EXACT_RESUME, QUICK_ENV, ROOT, SCRIPTS, error_of, load, python_path
+from tests.helpers import EXACT_RESUME, QUICK_ENV, ROOT, SCRIPTS, error_of, load, popen_interruptible, python_path
 
 # 4 envs in all, 2 per process; a minibatch of 32 samples (16 per process); ppo_rnn.py: one env per process's minibatch share
 SMALL_STEPS = 16
@@ -143,7 +143,9 @@ def test_bad_distributed_setups_are_one_line_errors(tmp_path, monkeypatch):
 def torchrun(*args: str, cwd) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": python_path(), "PYTHONUNBUFFERED": "1"}
     command = [sys.executable, "-m", "torch.distributed.run", *args]
-    return subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    return popen_interruptible(
+        command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
 
 
 def test_ctrl_c_under_torchrun_stops_every_process_together(tmp_path):

@@ -22,6 +22,7 @@ from tests.helpers import (
     interrupt_at_call,
     load,
     params,
+    popen_interruptible,
     python_path,
     run,
     same_params,
@@ -100,7 +101,7 @@ def test_ctrl_c_signal_saves_flushes_and_closes(script, tmp_path):
     """A real SIGINT: the process exits cleanly, the checkpoint and the TensorBoard log are on disk."""
     env = {**os.environ, "PYTHONPATH": python_path(), "PYTHONUNBUFFERED": "1"}
     argv = [sys.executable, str(ROOT / script), "--save-model", "--total-timesteps", "1000000", "--no-cuda"]
-    proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = popen_interruptible(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     for line in proc.stdout:
         if line.startswith("iter 3/"):
             break
