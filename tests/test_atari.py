@@ -203,10 +203,11 @@ def test_native_env_serves_each_new_life():
     envs = native(num_envs=2)
     envs.reset(seed=np.array([1, 1]))  # two copies of one game
     noop, left = np.zeros(2, dtype=np.int64), np.array([0, 3])
-    while True:  # to the first lost life
+    for _ in range(200):  # to the first lost life (the game's start is served: about 20 steps)
         _, _, terminations, _, _ = envs.step(noop)
         if terminations[0]:
             break
+    assert terminations[0]
     obs, *_ = envs.step(left)  # served: LEFT is not played
     assert np.array_equal(obs[0], obs[1])
     obs, *_ = envs.step(left)  # in play: it is
