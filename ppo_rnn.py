@@ -704,7 +704,8 @@ if __name__ == "__main__":
         else:
             checkpoint = None  # finished: save the final state below
     except KeyboardInterrupt:
-        print(f"interrupted during iteration {iteration}; closing (a checkpoint keeps the last whole iteration)")
+        if rank == 0:
+            print(f"interrupted during iteration {iteration}; closing (a checkpoint keeps the last whole iteration)")
 
     # SAVE AND CLOSE
     if args.save_model:

@@ -12,7 +12,7 @@ from tests.helpers import ROOT, SCRIPTS
 SIBLINGS = [s for s in SCRIPTS if s != "ppo.py"]
 # changed lines, pinned at what each diff is, so that any growth shows up here. The issues aimed at
 # about 150 (rnn), 80 (atari) and 80 (continuous); the last two are over: README, "Diff sizes".
-BUDGETS = {"ppo_rnn.py": 162, "ppo_atari.py": 221, "ppo_continuous_action.py": 145}
+BUDGETS = {"ppo_rnn.py": 159, "ppo_atari.py": 221, "ppo_continuous_action.py": 136}
 SHARED = [
     "layer_init",
     "compute_gae",

@@ -103,14 +103,14 @@ def test_ctrl_c_signal_saves_flushes_and_closes(script, tmp_path):
     argv = [sys.executable, str(ROOT / script), "--save-model", "--total-timesteps", "1000000", "--no-cuda"]
     proc = popen_interruptible(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     for line in proc.stdout:
-        if line.startswith("iter 3/"):
+        if line.startswith("iter 2/"):
             break
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     assert "interrupted during iteration" in out and "Traceback" not in err
     ckpt = torch.load(checkpoint_path(tmp_path), weights_only=False)
-    assert ckpt["iteration"] >= 2  # the last whole iteration before the signal (3, or 2 if it hit the snapshot)
+    assert ckpt["iteration"] >= 1  # the last whole iteration before the signal (2, or 1 if it hit the snapshot)
     (events,) = list(tmp_path.glob("runs/*/events.out.tfevents.*"))
     assert events.stat().st_size > 0
 
@@ -123,13 +123,14 @@ def test_ipython_run_leaves_the_namespace(script, tmp_path, monkeypatch):
     shell = InteractiveShell.instance()
     names = ["args", "envs", "agent", "optimizer", "obs", "actions", "logprobs", "rewards", "dones", "values"]
     names += ["b_obs", "b_actions", "b_logprobs", "b_advantages", "b_returns", "b_values"]
-    shell.run_line_magic("run", f"{ROOT / script} --total-timesteps 4096 --no-cuda")
+    defaults = load(script).Args()
+    two_iterations = 2 * defaults.num_envs * defaults.num_steps  # the default settings, two whole iterations
+    shell.run_line_magic("run", f"{ROOT / script} --total-timesteps {two_iterations} --no-cuda")
     assert all(name in shell.user_ns for name in names)
-    assert shell.user_ns["global_step"] == 4096 - 4096 % shell.user_ns["args"].batch_size
+    assert shell.user_ns["global_step"] == two_iterations and shell.user_ns["iteration"] == 2
 
     shell.user_ns.clear()
-    second_rollout = load(script).Args().num_steps + 72
-    interrupt_at_call(monkeypatch, STEP_CLASS[script], "step", second_rollout)  # Ctrl-C in the second rollout
-    shell.run_line_magic("run", f"{ROOT / script} --total-timesteps 4096 --no-cuda")
+    interrupt_at_call(monkeypatch, STEP_CLASS[script], "step", defaults.num_steps + 72)  # Ctrl-C in the second rollout
+    shell.run_line_magic("run", f"{ROOT / script} --total-timesteps {two_iterations} --no-cuda")
     assert all(name in shell.user_ns for name in names)
     assert shell.user_ns["iteration"] == 2
