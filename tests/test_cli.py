@@ -126,6 +126,7 @@ def test_cli_smoke_logs_every_tag_video_and_wandb(script, tmp_path):
     assert list(tmp_path.glob("wandb/offline-run-*/run-*.wandb"))
 
 
+@pytest.mark.parametrize("script", SCRIPTS)
 def test_save_then_evaluate(script, tmp_path):
     env = ["--env-id", QUICK_ENV[script]]
     result = cli(script, *env, *TINY, "--total-timesteps", "2048", "--save-model", cwd=tmp_path)
