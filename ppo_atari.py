@@ -319,6 +319,10 @@ def init_distributed(args: Args) -> tuple:
     device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
+    # Import torch._dynamo (torch.optim loads it lazily) before the group exists: modules it loads capture the default group
+    # as a default argument, which would keep it and its threads past destroy_process_group (and abort at exit).
+    import torch._dynamo as _dynamo  # noqa: F401  (as a new name: `import torch._dynamo` would make `torch` a local)
+
     dist.init_process_group("cpu:gloo,cuda:nccl" if cuda else "gloo")
     everyone = [None] * world_size
     dist.all_gather_object(everyone, asdict(args))

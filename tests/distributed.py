@@ -4,6 +4,7 @@ Each process writes what the test asks for to `out/rank{rank}.pt`."""
 
 import os
 import socket
+import sys
 from pathlib import Path
 
 import gymnasium as gym
@@ -70,12 +71,23 @@ def _worker(rank: int, world_size: int, port: int, script: str, argvs: list, cwd
         )
     if "env_step" in stop:
         _patch(step_class, "step", stop["env_step"])
+    groups = []  # the default process group the script creates
+    original_init = torch.distributed.init_process_group
+
+    def recording_init(*a, **kw):
+        original_init(*a, **kw)
+        groups.append(torch.distributed.group.WORLD)
+
+    torch.distributed.init_process_group = recording_init
     error = None
     try:
         g = run(script, *argvs[rank], cwd=Path(cwd) / f"rank{rank}")
     except SystemExit as e:
         error, g = e.code, {}
     keep = {"error": error, "episodes": episodes, "grads": [grads[i] for i in sorted(grads)]}
+    # references to the group besides `groups` (and getrefcount's argument) once the script is done: a group kept past
+    # destroy_process_group keeps its gloo threads, which can free a collective's tensor during interpreter exit (SIGABRT)
+    keep["group_held_elsewhere"] = sys.getrefcount(groups[0]) - 2 if groups else None
     if hasattr(g.get("envs"), "obs_rms"):  # ppo_continuous_action.py's running statistics
         keep["statistics"] = [(rms.mean, rms.var, rms.count) for rms in (g["envs"].obs_rms, g["envs"].return_rms)]
     if "agent" in g:

@@ -36,6 +36,7 @@ def test_resume_under_torchrun_equals_uninterrupted_and_ranks_agree(script, tmp_
     straight = run_distributed(script, argv, tmp_path / "a")
     assert all(r["error"] is None and r["global_step"] == 320 for r in straight)
     assert all(torch.equal(straight[0]["agent"][k], straight[1]["agent"][k]) for k in straight[0]["agent"])
+    assert [r["group_held_elsewhere"] for r in straight] == [0, 0]  # destroy_process_group freed the group on both ranks
 
     run_distributed(script, argv, tmp_path / "b", stop={"env_step": 2 * 16 + 5})  # both processes, in iteration 3
     (path,) = (tmp_path / "b" / "rank0").glob("runs/*/*.pt")
