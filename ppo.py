@@ -184,6 +184,8 @@ def policy_loss(advantages: torch.Tensor, ratio: torch.Tensor, clip_coef: float)
 
 def fail(message: str):
     """Stop with a one-line error instead of a traceback (under torchrun every process stops, rank 0 says why)."""
+    if dist.is_initialized():
+        dist.destroy_process_group()  # now, not during interpreter shutdown (see init_distributed)
     raise SystemExit(f"error: {message}" if os.environ.get("RANK", "0") == "0" else 1)
 
 
