@@ -4,7 +4,9 @@
 
 Runs are grouped by env id and experiment name (the run directory is `{env_id}__{exp_name}__{seed}__{time}`).
 Per run: the mean return of its last 100 episodes, its wall time (first to last event) and its final SPS;
-the table gives mean ± std over seeds (std over seeds, ddof=0).
+the table gives mean ± std over seeds (std over seeds, ddof=0). With `--at 100000,300000,...`, a second table
+gives each run's mean of the last 100 episodes at the end of the first iteration at or past each of those steps:
+the figure the script printed for that iteration ("return X (last 100)").
 """
 
 import argparse
@@ -21,15 +23,17 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 def read_run(run_dir: Path) -> dict:
     events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0}).Reload()
-    returns = events.Scalars("charts/episodic_return")
-    sps = events.Scalars("charts/SPS")
-    walls = [e.wall_time for tag in events.Tags()["scalars"] for e in events.Scalars(tag)]
+    tags = events.Tags()["scalars"]
+    returns = events.Scalars("charts/episodic_return") if "charts/episodic_return" in tags else []
+    sps = events.Scalars("charts/SPS") if "charts/SPS" in tags else []
+    walls = [e.wall_time for tag in tags for e in events.Scalars(tag)]
     return {
         "steps": np.array([e.step for e in returns]),
         "returns": np.array([e.value for e in returns]),
         "sps": sps[-1].value if sps else float("nan"),
         "wall": max(walls) - min(walls) if walls else float("nan"),
         "last_step": max(e.step for e in sps) if sps else 0,
+        "iteration_steps": np.array([e.step for e in sps]),  # SPS is logged once per iteration, at its last step
     }
 
 
@@ -54,6 +58,29 @@ def first_step_reaching(run: dict, threshold: float, window: int = 100):
     means = np.convolve(r, np.ones(window) / window, mode="valid")
     hits = np.flatnonzero(means >= threshold)
     return int(run["steps"][hits[0] + window - 1]) if len(hits) else None
+
+
+def mean_at(run: dict, step: int, window: int = 100):
+    """The mean of the last `window` episodes logged by the end of the first iteration at or past `step`.
+
+    None if the run never got there or had no episode by then. The scripts log an iteration's episodes at
+    its end, each at the step it ended on, so these are the episodes with step <= that iteration's last step.
+    """
+    past = run["iteration_steps"][run["iteration_steps"] >= step]
+    if len(past) == 0:
+        return None
+    done = run["returns"][run["steps"] <= past.min()]
+    return float(np.mean(done[-window:])) if len(done) else None
+
+
+def table_at(groups: dict, at: list) -> str:
+    head = "| env | experiment | seed | " + " | ".join(f"{s:,}" for s in at) + " |"
+    lines = [head, "|---|---|---|" + "---|" * len(at)]
+    for (env_id, exp_name), runs in sorted(groups.items()):
+        for seed, run in sorted(runs.items()):
+            cells = [mean_at(run, s) for s in at]
+            lines.append(f"| {env_id} | {exp_name} | {seed} | " + " | ".join("n/a" if c is None else f"{c:.2f}" for c in cells) + " |")
+    return "\n".join(lines)
 
 
 def table(groups: dict, threshold=None) -> str:
@@ -110,11 +137,15 @@ def main():
     parser.add_argument("--title", default="")
     parser.add_argument("--out", type=Path, required=True, help="prefix of the .md and .png written")
     parser.add_argument("--threshold", type=float, default=None, help="add the first step reaching this mean")
+    parser.add_argument("--at", default=None, help="comma-separated steps: add each run's mean of the last 100 there")
     args = parser.parse_args()
     groups = collect(args.runs_dir)
     if not groups:
         raise SystemExit(f"error: no runs with episodes under {args.runs_dir}")
     markdown = f"### {args.title}\n\n{table(groups, args.threshold)}\n"
+    if args.at:
+        at = [int(float(s)) for s in args.at.split(",")]
+        markdown += f"\nMean of the last 100 episodes at the end of the first iteration at or past each step:\n\n{table_at(groups, at)}\n"
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".md").write_text(markdown)
     plot(groups, args.title, args.out.with_suffix(".png"))
