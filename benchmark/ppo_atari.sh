@@ -22,7 +22,8 @@ if [ "${SHORT:-0}" = 1 ]; then
   JOBS=1 TAG=throughput bash benchmark/run_many.sh ppo_atari.py "$out" "BreakoutNoFrameskip-v4" "${SEEDS:-1}" \
     --total-timesteps 1000000 --env-threads 1 "${throughput[@]}" &
   wait
-  python benchmark/report.py "$out/runs" --title "Breakout, 1M steps, CPU" --out "$out/report"
+  python benchmark/report.py "$out/runs" --title "Breakout, 1M steps, CPU" --out "$out/report" \
+    --at 100000,300000,500000,800000,999424
 else
   out=benchmark/results/ppo_atari
   games="BreakoutNoFrameskip-v4 PongNoFrameskip-v4 BeamRiderNoFrameskip-v4"

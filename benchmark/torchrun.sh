@@ -4,7 +4,7 @@
 # learning checks under 2 processes. Logs and reports in benchmark/results/torchrun/.
 #   bash benchmark/torchrun.sh speed       # ppo.py (CartPole-v1, 200k steps) and ppo_atari.py (Breakout, 51,200 steps), 1 and 2 processes
 #   bash benchmark/torchrun.sh cartpole    # ppo.py on CartPole-v1, 2 processes, 500k steps, seeds 1-3 (one run at a time)
-#   bash benchmark/torchrun.sh atari       # ppo_atari.py on Breakout, 2 processes, 1M steps, seed 1 (default settings)
+#   [SEEDS="1 2 3"] bash benchmark/torchrun.sh atari   # ppo_atari.py on Breakout, 2 processes, 1M steps, default settings, seed 1 (or SEEDS, one at a time)
 # Each launcher with its defaults, as a user runs it: `python` leaves torch its thread count (ppo.py
 # sets one itself; ppo_atari.py uses torch's default, 2 here), torchrun gives each process
 # OMP_NUM_THREADS=1. ppo_atari.py's native env threads are shared out among the local processes.
@@ -33,9 +33,11 @@ cartpole)
   python benchmark/report.py "$out/runs" --title "torchrun, 2 processes" --out "$out/report"
   ;;
 atari)
-  (cd "$out" && python -m torch.distributed.run --standalone --nproc-per-node 2 "$root/ppo_atari.py" --seed 1 --no-cuda \
-    --total-timesteps 1000000 --exp-name ppo_atari_torchrun2 >"$root/$out/logs/ppo_atari_torchrun2__BreakoutNoFrameskip-v4__1.log" 2>&1)
-  python benchmark/report.py "$out/runs" --title "torchrun, 2 processes" --out "$out/report"
+  for seed in ${SEEDS:-1}; do
+    (cd "$out" && python -m torch.distributed.run --standalone --nproc-per-node 2 "$root/ppo_atari.py" --seed "$seed" --no-cuda \
+      --total-timesteps 1000000 --exp-name ppo_atari_torchrun2 >"$root/$out/logs/ppo_atari_torchrun2__BreakoutNoFrameskip-v4__$seed.log" 2>&1)
+  done
+  python benchmark/report.py "$out/runs" --title "torchrun, 2 processes" --out "$out/report" --at 100000,300000,500000,800000,999424
   ;;
 *)
   sed -n 2,11p "$0"
