@@ -27,13 +27,14 @@ def read_run(run_dir: Path) -> dict:
     returns = events.Scalars("charts/episodic_return") if "charts/episodic_return" in tags else []
     sps = events.Scalars("charts/SPS") if "charts/SPS" in tags else []
     walls = [e.wall_time for tag in tags for e in events.Scalars(tag)]
+    iteration_steps = np.array([e.step for e in sps])  # SPS is logged once per iteration, at its last step
     return {
         "steps": np.array([e.step for e in returns]),
         "returns": np.array([e.value for e in returns]),
         "sps": sps[-1].value if sps else float("nan"),
         "wall": max(walls) - min(walls) if walls else float("nan"),
-        "last_step": max(e.step for e in sps) if sps else 0,
-        "iteration_steps": np.array([e.step for e in sps]),  # SPS is logged once per iteration, at its last step
+        "last_step": int(iteration_steps.max()) if sps else 0,
+        "iteration_steps": iteration_steps,
     }
 
 
