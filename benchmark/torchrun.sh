@@ -12,16 +12,18 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 out=benchmark/results/torchrun
-mkdir -p "$out/logs"
+mkdir -p "$out/logs" "$out/speed"
 sps() { tail -n 1 "$1" | sed -E 's/.* SPS ([0-9]+) .*/\1/'; }
 case "${1:-}" in
 speed)
   for spec in "ppo.py CartPole-v1 200000" "ppo_atari.py BreakoutNoFrameskip-v4 51200"; do
     read -r script env_id steps <<<"$spec"
     log="$out/logs/speed_${script%.py}"
-    (cd "$out" && python "$root/$script" --env-id "$env_id" --total-timesteps "$steps" --no-cuda >"$root/${log}_1proc.log" 2>&1)
-    (cd "$out" && python -m torch.distributed.run --standalone --nproc-per-node 2 "$root/$script" --env-id "$env_id" \
-      --total-timesteps "$steps" --no-cuda >"$root/${log}_2proc.log" 2>&1)
+    # speed runs log under speed/runs, apart from the learning runs the report reads, one name per launcher
+    (cd "$out/speed" && python "$root/$script" --env-id "$env_id" --total-timesteps "$steps" --no-cuda \
+      --exp-name "speed_${script%.py}_1proc" >"$root/${log}_1proc.log" 2>&1)
+    (cd "$out/speed" && python -m torch.distributed.run --standalone --nproc-per-node 2 "$root/$script" --env-id "$env_id" \
+      --total-timesteps "$steps" --no-cuda --exp-name "speed_${script%.py}_2proc" >"$root/${log}_2proc.log" 2>&1)
     echo "$script $env_id default settings, $steps steps: 1 process $(sps "${log}_1proc.log") SPS, 2 processes $(sps "${log}_2proc.log") SPS"
   done | tee "$out/speed.txt"
   ;;
