@@ -2,6 +2,7 @@
 # The GPU machine's jobs (one H100, 16 slow cores; ../shared/GPU.md). Run from the repo root there, with
 # the wheels of `bash ../shared/gpu/fetch_wheels.sh` (plus the test suite's: see README) carried in .whl/.
 #   bash benchmark/gpu.sh speed            # raw env throughput and ppo_atari.py --cuda SPS, both settings
+#   bash benchmark/gpu.sh phases           # where an iteration's time goes (benchmark/phases.py), both settings, with and without --sync
 #   bash benchmark/gpu.sh start [args]     # the 10M Breakout run in the background (detached), throughput settings
 #   bash benchmark/gpu.sh suite [pytest args]  # the test suite, CUDA section included (log: /tmp/gpu_runs/suite.log)
 #   bash benchmark/gpu.sh collect          # the logs and the background run's TensorBoard events into $OUT
@@ -22,6 +23,13 @@ speed)
   CUDA=1 bash benchmark/speed.sh BreakoutNoFrameskip-v4 ppo_atari.py 51200 1000
   CUDA=1 PATHS=native NATIVE_ONLY=1 bash benchmark/speed.sh BreakoutNoFrameskip-v4 ppo_atari.py 307200 200 "${THROUGHPUT[@]}"
   ;;
+phases)
+  # default settings for 51,200 steps, throughput settings for 122,880 (30 iterations each); tables into $OUT
+  for sync in "" --sync; do
+    python3 benchmark/phases.py $sync --out "$OUT/phases_default${sync:+_sync}.md" ppo_atari.py --cuda --total-timesteps 51200 | tail -n 30
+    python3 benchmark/phases.py $sync --out "$OUT/phases_throughput${sync:+_sync}.md" ppo_atari.py --cuda "${THROUGHPUT[@]}" --total-timesteps 122880 | tail -n 30
+  done
+  ;;
 start)
   shift
   (cd /tmp/gpu_runs && setsid nohup python3 "$OLDPWD/ppo_atari.py" --env-id BreakoutNoFrameskip-v4 --cuda --save-model "$@" >/tmp/gpu_runs/train.log 2>&1 &)
@@ -38,7 +46,7 @@ collect)
   find /tmp/gpu_runs/runs -name 'events.out.tfevents.*' -exec cp {} "$OUT/" \;
   ;;
 *)
-  sed -n 2,9p "$0"
+  sed -n 2,10p "$0"
   exit 1
   ;;
 esac

@@ -14,18 +14,27 @@ root=$(pwd)
 out=benchmark/results/torchrun
 mkdir -p "$out/logs" "$out/speed"
 sps() { tail -n 1 "$1" | sed -E 's/.* SPS ([0-9]+) .*/\1/'; }
+# run a command; print how many cores it kept busy: (user + sys CPU time of it and its children) / wall time
+busy() {
+  local TIMEFORMAT="%R %U %S" t
+  t=$({ time "$@" >/dev/null 2>&1; } 2>&1)
+  awk '{ printf "%.2f cores busy (%.0f s wall, %.0f s user, %.0f s sys)", ($2 + $3) / $1, $1, $2, $3 }' <<<"$t"
+}
 case "${1:-}" in
 speed)
   for spec in "ppo.py CartPole-v1 200000" "ppo_atari.py BreakoutNoFrameskip-v4 51200"; do
     read -r script env_id steps <<<"$spec"
     log="$out/logs/speed_${script%.py}"
     # speed runs log under speed/runs, apart from the learning runs the report reads, one name per launcher
-    (cd "$out/speed" && python "$root/$script" --env-id "$env_id" --total-timesteps "$steps" --no-cuda \
-      --exp-name "speed_${script%.py}_1proc" >"$root/${log}_1proc.log" 2>&1)
-    (cd "$out/speed" && python -m torch.distributed.run --standalone --nproc-per-node 2 "$root/$script" --env-id "$env_id" \
-      --total-timesteps "$steps" --no-cuda --exp-name "speed_${script%.py}_2proc" >"$root/${log}_2proc.log" 2>&1)
+    one=$(busy bash -c "cd $out/speed && python $root/$script --env-id $env_id --total-timesteps $steps --no-cuda \
+      --exp-name speed_${script%.py}_1proc >$root/${log}_1proc.log 2>&1")
+    two=$(busy bash -c "cd $out/speed && python -m torch.distributed.run --standalone --nproc-per-node 2 $root/$script --env-id $env_id \
+      --total-timesteps $steps --no-cuda --exp-name speed_${script%.py}_2proc >$root/${log}_2proc.log 2>&1")
     echo "$script $env_id default settings, $steps steps: 1 process $(sps "${log}_1proc.log") SPS, 2 processes $(sps "${log}_2proc.log") SPS"
+    echo "  1 process: $one; 2 processes: $two"
   done | tee "$out/speed.txt"
+  # what the collectives cost here (each minibatch step makes one of the gradient's size and three small ones)
+  python -m torch.distributed.run --standalone --nproc-per-node 2 benchmark/allreduce.py 2>/dev/null | tee -a "$out/speed.txt"
   ;;
 cartpole)
   for seed in 1 2 3; do

@@ -2,13 +2,29 @@
 exact resume, the first minibatch's ratio within a bound, and checkpoints that cross between CUDA and
 the CPU. Skipped where torch sees no CUDA device; the rest of the suite pins the CPU (`--no-cuda`)."""
 
+import os
 import re
+import subprocess
+import sys
 
 import gymnasium as gym
 import pytest
 import torch
 
-from tests.helpers import EXACT_RESUME, QUICK_ENV, SCRIPTS, TINY, checkpoint_path, cli, interrupt_at_call, params, run, same_params
+from tests.helpers import (
+    EXACT_RESUME,
+    QUICK_ENV,
+    ROOT,
+    SCRIPTS,
+    TINY,
+    checkpoint_path,
+    cli,
+    interrupt_at_call,
+    params,
+    python_path,
+    run,
+    same_params,
+)
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device (run the suite on a GPU machine for this section)")
 
@@ -71,3 +87,21 @@ def test_checkpoint_evaluates_on_the_other_device(script, train, evaluate, tmp_p
     result = cli(script, *env, "--eval-checkpoint", str(checkpoint_path(tmp_path)), "--eval-episodes", "2", evaluate, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert re.search(r"^eval: 2 episodes \(sampled\), return -?[\d.]+ ± [\d.]+$", result.stdout, flags=re.M)
+
+
+def test_phases_times_a_cuda_run_with_sync(tmp_path):
+    # benchmark/phases.py --sync synchronizes after every top-level line once the script has made a CUDA context
+    cmd = [
+        sys.executable,
+        str(ROOT / "benchmark" / "phases.py"),
+        "--sync",
+        str(ROOT / "ppo_atari.py"),
+        *TINY,
+        "--total-timesteps",
+        "96",
+        "--cuda",
+    ]
+    result = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": python_path()})
+    assert result.returncode == 0, result.stderr
+    assert "on cuda" in result.stdout and "ppo_atari.py: 3 iterations," in result.stdout
+    assert re.search(r"^\| ROLLOUT \| [\d.]+ \| [\d.]+% \|$", result.stdout, re.M)
