@@ -13,13 +13,13 @@ from pathlib import Path
 import gymnasium as gym
 
 script, env_id = sys.argv[1], sys.argv[2]
+num_steps = int(sys.argv[4]) if len(sys.argv) > 4 else 50_000
+if num_steps < 100:  # checked before the script loads (its imports take seconds)
+    sys.exit(f"raw_env_sps.py: {num_steps} steps time too little to be a measurement; pass 100 or more")
 spec = importlib.util.spec_from_file_location("script", Path(__file__).resolve().parent.parent / script)
 module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
 num_envs = int(sys.argv[3]) if len(sys.argv) > 3 and sys.argv[3] else module.Args().num_envs
-num_steps = int(sys.argv[4]) if len(sys.argv) > 4 else 50_000
-if num_steps < 100:
-    sys.exit(f"raw_env_sps.py: {num_steps} steps time too little to be a measurement; pass 100 or more")
 
 
 def measure(envs, name: str, sampled: bool = True):
