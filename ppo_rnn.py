@@ -229,21 +229,28 @@ def policy_loss(advantages: torch.Tensor, ratio: torch.Tensor, clip_coef: float)
 
 
 def fail(message: str):
-    """Stop with a one-line error instead of a traceback (under torchrun every process stops, rank 0 says why)."""
+    """Stop with a one-line error instead of a traceback. Under torchrun every process stops and one says why: rank 0
+    once the processes have met, before that the first process of each machine (init_distributed passes it on)."""
+    says = os.environ.get("RANK" if dist.is_initialized() else "LOCAL_RANK", "0") == "0"
     if dist.is_initialized():
         dist.destroy_process_group()  # now, not during interpreter shutdown (see init_distributed)
-    raise SystemExit(f"error: {message}" if os.environ.get("RANK", "0") == "0" else 1)
+    raise SystemExit(f"error: {message}" if says else 1)
 
 
-def init_distributed(args: Args) -> tuple:
+def init_distributed(args: Args, error, ckpt: Optional[dict]) -> tuple:
     """Under torchrun, join the process group (NCCL between GPUs, one per local rank; gloo on CPUs) and
-    return (rank, world_size, device); a plain `python` run is rank 0 of 1 and has no process group."""
+    return (rank, world_size, device, ckpt); a plain `python` run is rank 0 of 1 and has no process group.
+    error: the exit of a start-up check that failed in this process (None if all passed); if any process has
+    one, every process stops with its reason. ckpt: the checkpoint to resume, read by rank 0 alone and sent
+    to every process (so that on several machines the file need only be on rank 0's)."""
     rank, world_size = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    if world_size == 1 and error is not None:
+        raise SystemExit(error)
     cuda = args.cuda and torch.cuda.is_available()
     if args.cuda and not cuda and rank == 0:
         print("notice: CUDA is not available, running on CPU")
     if world_size == 1:
-        return 0, 1, torch.device("cuda" if cuda else "cpu")
+        return 0, 1, torch.device("cuda" if cuda else "cpu"), ckpt
     local_rank, local_size = int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"])
     if cuda and local_size > torch.cuda.device_count():
         fail(
@@ -258,12 +265,22 @@ def init_distributed(args: Args) -> tuple:
 
     dist.init_process_group("cpu:gloo,cuda:nccl" if cuda else "gloo")
     everyone = [None] * world_size
-    dist.all_gather_object(everyone, asdict(args))
-    for name, value in everyone[0].items():
-        if any(other[name] != value for other in everyone):
-            values = ", ".join(sorted({repr(other[name]) for other in everyone}))
+    dist.all_gather_object(everyone, (asdict(args), error))
+    for name, value in everyone[0][0].items():
+        if any(other[name] != value for other, _ in everyone):
+            values = ", ".join(sorted({repr(other[name]) for other, _ in everyone}))
             fail(f"the processes were started with different arguments ({name}: {values}); give them one command line")
-    return rank, world_size, device
+    reasons = [(r, e) for r, (_, e) in enumerate(everyone) if isinstance(e, str)]  # machines' first processes carry them
+    if reasons:
+        r, reason = reasons[0]
+        fail(reason.removeprefix("error: ") + (f" (on rank {r})" if r > 0 else ""))
+    if any(e is not None for _, e in everyone):
+        fail("a process stopped at start-up; its machine's first process says why")
+    if args.resume is not None and args.eval_checkpoint is None:
+        shared = [ckpt]
+        dist.broadcast_object_list(shared, src=0)
+        ckpt = shared[0]
+    return rank, world_size, device, ckpt
 
 
 def all_mean(x: torch.Tensor) -> torch.Tensor:
@@ -434,9 +451,28 @@ def evaluate(args: Args, run_name: str, device: torch.device) -> list:
 if __name__ == "__main__":
     # ARGUMENTS AND RUN NAME
     args = tyro.cli(Args)
-    check_args(args)
-    check_env(args.env_id)
-    rank, world_size, device = init_distributed(args)  # rank 0 of 1 unless started by torchrun
+    # Every check that can stop the run comes before the processes meet: under torchrun, init_distributed stops them
+    # all if any one failed, with its reason, and sends the checkpoint, which rank 0 alone reads, to every process.
+    ckpt, error = None, None
+    try:
+        check_args(args)
+        check_env(args.env_id)
+        if args.resume is not None and args.eval_checkpoint is None and os.environ.get("RANK", "0") == "0":
+            ckpt = load_checkpoint(args.resume, args)
+            # a resumed run is the same run: the algorithm group must match the checkpoint's
+            fields = list(Args.__dataclass_fields__)
+            for name in fields[fields.index("env_id") : fields.index("batch_size")]:
+                if ckpt["args"][name] != getattr(args, name):
+                    fail(
+                        f"{args.resume!r} was trained with {name}={ckpt['args'][name]!r}, not {getattr(args, name)!r}; pass the same value"
+                    )
+            ckpt["ranks"] = ckpt.get("ranks", [ckpt])  # checkpoints from before torchrun support hold one process's state
+            processes = int(os.environ.get("WORLD_SIZE", 1))  # torchrun's count; init_distributed comes below
+            if len(ckpt["ranks"]) != processes:
+                fail(f"{args.resume!r} was saved by {len(ckpt['ranks'])} process(es), not {processes}; resume it with as many")
+    except SystemExit as stop:
+        error = stop.code
+    rank, world_size, device, ckpt = init_distributed(args, error, ckpt)  # rank 0 of 1 unless started by torchrun
     args.batch_size = args.num_envs * args.num_steps
     args.minibatch_size = args.batch_size // args.num_minibatches
     args.num_iterations = args.total_timesteps // args.batch_size
@@ -452,15 +488,6 @@ if __name__ == "__main__":
         greedy = "greedy" if args.eval_greedy else "sampled"
         print(f"eval: {len(returns)} episodes ({greedy}), return {np.mean(returns):.2f} ± {np.std(returns):.2f}")
         raise SystemExit(0)
-    ckpt = load_checkpoint(args.resume, args) if args.resume is not None else None
-    if ckpt is not None:  # a resumed run is the same run: the algorithm group must match the checkpoint's
-        fields = list(Args.__dataclass_fields__)
-        for name in fields[fields.index("env_id") : fields.index("batch_size")]:
-            if ckpt["args"][name] != getattr(args, name):
-                fail(f"{args.resume!r} was trained with {name}={ckpt['args'][name]!r}, not {getattr(args, name)!r}; pass the same value")
-        ckpt["ranks"] = ckpt.get("ranks", [ckpt])  # checkpoints from before torchrun support hold one process's state
-        if len(ckpt["ranks"]) != world_size:
-            fail(f"{args.resume!r} was saved by {len(ckpt['ranks'])} process(es), not {world_size}; resume it with as many")
     if rank == 0:
         print(
             f"batch size {args.batch_size}, minibatch size {args.minibatch_size}, "
@@ -722,14 +749,16 @@ if __name__ == "__main__":
             torch.save(checkpoint, model_path)
             print(f"checkpoint of iteration {checkpoint['iteration']} saved to {model_path}")
     envs.close()
+    finished_everywhere = gather(finished)  # every process's episodes of an interrupted iteration, not yet logged
     if writer is not None:
-        for episode_step, episode_return, episode_length in finished:  # this process's episodes of an interrupted iteration
+        for episode_step, episode_return, episode_length in sorted(sum(finished_everywhere, []), key=lambda e: e[0]):
             writer.add_scalar("charts/episodic_return", episode_return, episode_step)
             writer.add_scalar("charts/episodic_length", episode_length, episode_step)
         writer.close()
     if args.track and rank == 0:
         wandb.finish()
     if dist.is_initialized():
+        dist.barrier()  # none exits before rank 0 has saved and closed: torchrun stops the others when one exits with an error
         dist.destroy_process_group()
     if nan_message is not None:
         fail(nan_message)

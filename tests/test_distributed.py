@@ -5,6 +5,7 @@ one run, and bad distributed setups stop with a one-line error."""
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -43,7 +44,10 @@ def test_resume_under_torchrun_equals_uninterrupted_and_ranks_agree(script, tmp_
     assert not list((tmp_path / "b" / "rank1").glob("runs/*"))  # one run, one record
     ckpt = torch.load(path, weights_only=False)
     assert ckpt["iteration"] == 2 and len(ckpt["ranks"]) == 2 and ckpt["global_step"] == 128
-    resumed = run_distributed(script, [*argv, "--resume", str(path)], tmp_path / "c")
+    # the file only where rank 0 runs, as on the first of two machines: rank 0 reads it and sends every process its part
+    (tmp_path / "c" / "rank0").mkdir(parents=True)
+    shutil.copy(path, tmp_path / "c" / "rank0" / "saved.pt")
+    resumed = run_distributed(script, [*argv, "--resume", "saved.pt"], tmp_path / "c")
     assert all(r["global_step"] == 320 for r in resumed)
     for rank in (0, 1):
         assert all(torch.equal(straight[0]["agent"][k], resumed[rank]["agent"][k]) for k in straight[0]["agent"])
@@ -141,8 +145,8 @@ def test_bad_distributed_setups_are_one_line_errors(tmp_path, monkeypatch):
     assert message == "error: 2 processes on this machine for 1 GPU(s); pass --nproc-per-node 1, or --no-cuda"
 
 
-def torchrun(*args: str, cwd) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": python_path(), "PYTHONUNBUFFERED": "1"}
+def torchrun(*args: str, cwd, env=None) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": python_path(), "PYTHONUNBUFFERED": "1", "WANDB_MODE": "offline", **(env or {})}
     command = [sys.executable, "-m", "torch.distributed.run", *args]
     return popen_interruptible(
         command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
@@ -206,3 +210,43 @@ def test_two_nodes_over_loopback(tmp_path):
     assert "iter 5/5 step 320" not in outs[1 - logging_node]
     (path,) = (tmp_path / f"node{logging_node}").glob("runs/*/ppo.pt")
     assert len(torch.load(path, weights_only=False)["ranks"]) == 2
+
+
+def two_nodes(argv: list, cwd, envs=({}, {})) -> list:
+    """Start two launchers as two machines (one process each) with these extra environment variables; their outputs."""
+    endpoint = f"127.0.0.1:{free_port()}"
+    nodes = []
+    for node_rank in (0, 1):
+        (cwd / f"node{node_rank}").mkdir()
+        args = ["--nnodes", "2", "--node-rank", str(node_rank), "--nproc-per-node", "1", "--rdzv-backend", "c10d"]
+        args += ["--rdzv-endpoint", endpoint, "--rdzv-id", "test", *argv]
+        nodes.append(torchrun(*args, cwd=cwd / f"node{node_rank}", env=envs[node_rank]))
+    return [node.communicate(timeout=300)[0] for node in nodes], [node.returncode for node in nodes]
+
+
+def test_a_check_failing_on_one_machine_stops_both_with_its_reason(tmp_path):
+    """An env id whose module imports on the first machine only: whichever rank that machine's process
+    gets, both stop at start-up, and rank 0 prints the one line (not a traceback from a collective)."""
+    (tmp_path / "mods").mkdir()
+    (tmp_path / "mods" / "first_machine_only.py").write_text("")
+    argv = [str(ROOT / "ppo.py"), "--env-id", "first_machine_only:CartPole-v1", *SMALL, "--total-timesteps", "320", "--no-cuda"]
+    outs, codes = two_nodes(argv, tmp_path, envs=({"PYTHONPATH": f"{tmp_path / 'mods'}{os.pathsep}{python_path()}"}, {}))
+    assert all(code != 0 for code in codes), outs
+    errors = [line for out in outs for line in out.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "the module of env id 'first_machine_only:CartPole-v1' does not import" in errors[0], outs
+    assert not any('ppo.py", line' in out for out in outs), outs
+    assert not list(tmp_path.glob("node*/runs"))
+
+
+def test_nan_under_torchrun_saves_and_says_why(tmp_path):
+    """A NaN stops every process; rank 0 saves the last good iteration and says why. No process exits
+    before rank 0 has closed (wandb's offline finish makes that slow): torchrun stops the others when one exits."""
+    argv = [str(ROOT / "ppo.py"), "--env-id", "tests.envs:NaNReward-v0", *SMALL, "--total-timesteps", "2000", "--save-model"]
+    proc = torchrun("--standalone", "--nproc-per-node", "2", *argv, "--track", "--no-cuda", cwd=tmp_path)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode != 0
+    (line,) = [line for line in out.splitlines() if line.startswith("error:")]
+    assert line.startswith("error: the loss became nan") and "at iteration 19;" in line, out
+    assert 'ppo.py", line' not in out, out
+    ckpt = torch.load(next(tmp_path.glob("runs/*/ppo.pt")), weights_only=False)
+    assert ckpt["iteration"] == 18 and len(ckpt["ranks"]) == 2
