@@ -110,6 +110,18 @@ def test_rank_0_logs_every_ranks_episodes(tmp_path):
     assert [e.step for e in events.Scalars("charts/SPS")] == [64 * i for i in range(1, 11)]  # global steps count both processes
 
 
+def test_episodes_of_an_interrupted_iteration_reach_the_log(tmp_path):
+    """Ctrl-C in iteration 3, after every env finished an episode in it (10-step episodes, 16 steps an
+    iteration): rank 0 logs the episodes of both processes, not only its own."""
+    argv = ["--env-id", "tests.envs:Constant-v0", *SMALL, "--total-timesteps", "320"]
+    records = run_distributed("ppo.py", argv, tmp_path, stop={"env_step": 2 * 16 + 10})  # the 42nd env step raises
+    assert [len(r["episodes"]) for r in records] == [8, 8]  # 2 envs each, episodes ending at their steps 10, 20, 30, 40
+    (run_dir,) = (tmp_path / "rank0" / "runs").iterdir()
+    events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0}).Reload()
+    # 4 envs in all, so an env's k-th step is global step 4k: each of the 4 ends at global steps 40, 80, 120, 160
+    assert sorted(e.step for e in events.Scalars("charts/episodic_return")) == sorted([40, 80, 120, 160] * 4)
+
+
 def test_normalization_statistics_are_shared(tmp_path):
     """ppo_continuous_action.py: the running observation and return statistics combine both processes'
     envs at every step, so they are identical on both ranks and count every env step of the run."""
