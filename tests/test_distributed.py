@@ -196,36 +196,9 @@ def test_torchrun_standalone(tmp_path):
     assert len(list((tmp_path / "runs").iterdir())) == 1
 
 
-def test_two_nodes_over_loopback(tmp_path):
-    """Two launchers as two machines (one process each), meeting at a c10d rendezvous on 127.0.0.1."""
-    endpoint = f"127.0.0.1:{free_port()}"
-    nodes = []
-    for node_rank in (0, 1):
-        (tmp_path / f"node{node_rank}").mkdir()
-        args = [
-            "--nnodes",
-            "2",
-            "--node-rank",
-            str(node_rank),
-            "--nproc-per-node",
-            "1",
-            "--rdzv-backend",
-            "c10d",
-            "--rdzv-endpoint",
-            endpoint,
-        ]
-        args += ["--rdzv-id", "test", str(ROOT / "ppo.py"), *SMALL, "--total-timesteps", "320", "--no-cuda", "--save-model"]
-        nodes.append(torchrun(*args, cwd=tmp_path / f"node{node_rank}"))
-    outs = [node.communicate(timeout=300)[0] for node in nodes]
-    assert [node.returncode for node in nodes] == [0, 0], outs
-    logging_node = 0 if "iter 5/5 step 320" in outs[0] else 1  # rank 0 may start on either node
-    assert "iter 5/5 step 320" not in outs[1 - logging_node]
-    (path,) = (tmp_path / f"node{logging_node}").glob("runs/*/ppo.pt")
-    assert len(torch.load(path, weights_only=False)["ranks"]) == 2
-
-
-def two_nodes(argv: list, cwd, envs=({}, {})) -> list:
-    """Start two launchers as two machines (one process each) with these extra environment variables; their outputs."""
+def two_nodes(argv: list, cwd, envs=({}, {})) -> tuple:
+    """Two launchers as two machines (one process each), meeting at a c10d rendezvous on 127.0.0.1, each in
+    its own directory cwd/node0 and cwd/node1 with its extra environment variables; (outputs, exit codes)."""
     endpoint = f"127.0.0.1:{free_port()}"
     nodes = []
     for node_rank in (0, 1):
@@ -234,6 +207,16 @@ def two_nodes(argv: list, cwd, envs=({}, {})) -> list:
         args += ["--rdzv-endpoint", endpoint, "--rdzv-id", "test", *argv]
         nodes.append(torchrun(*args, cwd=cwd / f"node{node_rank}", env=envs[node_rank]))
     return [node.communicate(timeout=300)[0] for node in nodes], [node.returncode for node in nodes]
+
+
+def test_two_nodes_over_loopback(tmp_path):
+    """Two launchers as two machines (one process each), meeting at a c10d rendezvous on 127.0.0.1."""
+    outs, codes = two_nodes([str(ROOT / "ppo.py"), *SMALL, "--total-timesteps", "320", "--no-cuda", "--save-model"], tmp_path)
+    assert codes == [0, 0], outs
+    logging_node = 0 if "iter 5/5 step 320" in outs[0] else 1  # rank 0 may start on either node
+    assert "iter 5/5 step 320" not in outs[1 - logging_node]
+    (path,) = (tmp_path / f"node{logging_node}").glob("runs/*/ppo.pt")
+    assert len(torch.load(path, weights_only=False)["ranks"]) == 2
 
 
 def test_a_check_failing_on_one_machine_stops_both_with_its_reason(tmp_path):
