@@ -85,11 +85,11 @@ def error_of(script: str, *argv: str, cwd) -> str:
     return message
 
 
-def cli(script: str, *argv: str, cwd, env=None, timeout=600) -> subprocess.CompletedProcess:
-    """Run a script as a subprocess in `cwd`."""
+def cli(script: str, *argv: str, cwd, env=None, timeout=600, via=()) -> subprocess.CompletedProcess:
+    """Run a script as a subprocess in `cwd` (through a tool and its flags given in `via`, such as benchmark/phases.py)."""
     full_env = {**os.environ, "PYTHONPATH": python_path(), "WANDB_MODE": "offline", **(env or {})}
     return subprocess.run(
-        [sys.executable, str(ROOT / script), *on_cpu(argv)],
+        [sys.executable, *via, str(ROOT / script), *on_cpu(argv)],
         cwd=cwd,
         env=full_env,
         capture_output=True,

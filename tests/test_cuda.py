@@ -2,10 +2,7 @@
 exact resume, the first minibatch's ratio within a bound, and checkpoints that cross between CUDA and
 the CPU. Skipped where torch sees no CUDA device; the rest of the suite pins the CPU (`--no-cuda`)."""
 
-import os
 import re
-import subprocess
-import sys
 
 import gymnasium as gym
 import pytest
@@ -21,7 +18,6 @@ from tests.helpers import (
     cli,
     interrupt_at_call,
     params,
-    python_path,
     run,
     same_params,
 )
@@ -91,17 +87,9 @@ def test_checkpoint_evaluates_on_the_other_device(script, train, evaluate, tmp_p
 
 def test_phases_times_a_cuda_run_with_sync(tmp_path):
     # benchmark/phases.py --sync synchronizes after every top-level line once the script has made a CUDA context
-    cmd = [
-        sys.executable,
-        str(ROOT / "benchmark" / "phases.py"),
-        "--sync",
-        str(ROOT / "ppo_atari.py"),
-        *TINY,
-        "--total-timesteps",
-        "96",
-        "--cuda",
-    ]
-    result = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": python_path()})
+    result = cli(
+        "ppo_atari.py", *TINY, "--total-timesteps", "96", "--cuda", cwd=tmp_path, via=[str(ROOT / "benchmark" / "phases.py"), "--sync"]
+    )
     assert result.returncode == 0, result.stderr
     assert "on cuda" in result.stdout and "ppo_atari.py: 3 iterations," in result.stdout
     assert re.search(r"^\| ROLLOUT \| [\d.]+ \| [\d.]+% \|$", result.stdout, re.M)

@@ -1,14 +1,12 @@
 """The per-line timing tool (benchmark/phases.py) on a script with a known clock, and on a real script."""
 
-import os
 import re
-import subprocess
 import sys
 import textwrap
 
 import pytest
 
-from tests.helpers import ROOT, SCRIPTS, TINY, on_cpu, python_path
+from tests.helpers import ROOT, SCRIPTS, TINY, cli
 
 sys.path.insert(0, str(ROOT / "benchmark"))
 import phases  # noqa: E402
@@ -67,9 +65,7 @@ def test_a_script_that_fails_passes_its_error_on(tmp_path):
 
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_every_script_has_its_sections_timed(script, tmp_path):
-    # 2 envs x 16 steps, 3 iterations
-    cmd = [sys.executable, str(ROOT / "benchmark" / "phases.py"), str(ROOT / script), *on_cpu([*TINY, "--total-timesteps", "96"])]
-    result = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": python_path()})
+    result = cli(script, *TINY, "--total-timesteps", "96", cwd=tmp_path, via=[str(ROOT / "benchmark" / "phases.py")])  # 3 iterations
     assert result.returncode == 0, result.stderr
     assert f"{script}: 3 iterations," in result.stdout
     sections = re.findall(r"^\| ([A-Z][A-Z -]*) \| [\d.]+ \| [\d.]+% \|$", result.stdout, re.M)
