@@ -24,14 +24,15 @@ from collections import defaultdict
 from pathlib import Path
 
 BANNER = re.compile(r"^\s*# ([A-Z][A-Z -]*[A-Z])\s*$")  # the scripts' section banners, e.g. "# ROLLOUT"
-LOOP = re.compile(r"^\s*for iteration in range\(")  # the training loop's head
 
 
 def trace(path: str, argv: list, sync: bool = False, clock=time.perf_counter, init_globals=None) -> tuple:
     """Run the script at `path` as `python path *argv` would, in this process; return ({line: seconds},
     {line: times reached}, the script's globals or None if it exited early)."""
     spent, hits, last = defaultdict(float), defaultdict(int), [None, 0.0]
-    cuda = sys.modules.get("torch").cuda if sync and "torch" in sys.modules else None
+    if sync:
+        import torch  # the script imports it anyway; synchronizing waits until the script has made a CUDA context
+    cuda = torch.cuda if sync else None
 
     def on_line(frame, event, arg):
         if cuda is not None and cuda.is_initialized():
@@ -74,19 +75,14 @@ def trace(path: str, argv: list, sync: bool = False, clock=time.perf_counter, in
 
 def summarize(path: str, spent: dict, hits: dict, top: int = 12) -> str:
     """The per-iteration table by section and the costliest lines of the loop, as text."""
-    source = Path(path).read_text().splitlines()
-    loop = next((n for n, text in enumerate(source, 1) if LOOP.match(text)), None)
-    if loop is None:
-        raise SystemExit(f"{path}: no `for iteration in range(` loop to time")
-
-    def indent(text: str) -> int:
-        return len(text) - len(text.lstrip())
-
-    # the loop ends before its first non-blank line indented no deeper than its head
-    lines_after = range(loop + 1, len(source) + 1)
-    end = next((n for n in lines_after if source[n - 1].strip() and indent(source[n - 1]) <= indent(source[loop - 1])), len(source) + 1)
+    text = Path(path).read_text()
+    source = text.splitlines()
+    loops = [node for node in ast.walk(ast.parse(text)) if isinstance(node, ast.For) and getattr(node.target, "id", None) == "iteration"]
+    if not loops:
+        raise SystemExit(f"{path}: no `for iteration in ...` loop to time")
+    head = loops[0]
+    loop, end = head.lineno, head.body[-1].end_lineno + 1  # the body's lines (not an else: clause)
     # iterations: how often the loop body's first statement that is not itself a loop ran
-    head = next(node for node in ast.walk(ast.parse("\n".join(source))) if isinstance(node, ast.For) and node.lineno == loop)
     first = next((node.lineno for node in head.body if not isinstance(node, (ast.For, ast.While))), None)
     iterations = hits.get(first, 0)
     if iterations == 0:
@@ -131,8 +127,6 @@ def main():
     path = str(Path(opts.script).resolve())
     if not Path(path).is_file():
         raise SystemExit(f"{opts.script}: no such script; give the path to one of the four scripts")
-    if opts.sync:
-        import torch  # noqa: F401  (imported here so that trace() can synchronize once the script has made a CUDA context)
     spent, hits, _ = trace(path, opts.args, sync=opts.sync)
     text = summarize(path, spent, hits, opts.top)
     command = " ".join(["phases.py", *(["--sync"] if opts.sync else []), Path(path).name, *opts.args])
