@@ -388,6 +388,16 @@ def gather(obj) -> Optional[list]:
     return objs
 
 
+def log_episodes(writer: SummaryWriter, everywhere: list) -> list:
+    """Write every process's finished episodes, (global_step, return, length) lists from gather(), to TensorBoard
+    in the order they ended; return their returns."""
+    episodes = sorted(sum(everywhere, []), key=lambda e: e[0])
+    for episode_step, episode_return, episode_length in episodes:
+        writer.add_scalar("charts/episodic_return", episode_return, episode_step)
+        writer.add_scalar("charts/episodic_length", episode_length, episode_step)
+    return [episode_return for _, episode_return, _ in episodes]
+
+
 def check_args(args: Args):
     for name in ("total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs", "eval_episodes"):
         if getattr(args, name) <= 0:
@@ -757,10 +767,7 @@ if __name__ == "__main__":
             finished = []
             if rank > 0:
                 continue
-            for episode_step, episode_return, episode_length in sorted(sum(episodes_everywhere, []), key=lambda e: e[0]):
-                recent_returns.append(episode_return)
-                writer.add_scalar("charts/episodic_return", episode_return, episode_step)
-                writer.add_scalar("charts/episodic_length", episode_length, episode_step)
+            recent_returns.extend(log_episodes(writer, episodes_everywhere))
             y_pred, y_true = (np.concatenate(part) for part in zip(*values_everywhere, strict=True))
             var_y = np.var(y_true)
             explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
@@ -797,9 +804,7 @@ if __name__ == "__main__":
     envs.close()
     finished_everywhere = gather(finished)  # every process's episodes of an interrupted iteration, not yet logged
     if writer is not None:
-        for episode_step, episode_return, episode_length in sorted(sum(finished_everywhere, []), key=lambda e: e[0]):
-            writer.add_scalar("charts/episodic_return", episode_return, episode_step)
-            writer.add_scalar("charts/episodic_length", episode_length, episode_step)
+        log_episodes(writer, finished_everywhere)
         writer.close()
     if args.track and rank == 0:
         wandb.finish()

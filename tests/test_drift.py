@@ -23,6 +23,7 @@ SHARED = [
     "whole_mean_std",
     "average_gradients",
     "gather",
+    "log_episodes",
     "load_checkpoint",
 ]
 
