@@ -11,6 +11,9 @@ transition from an autoreset reaches the batch, and a time-limit truncation boot
 gamma * V(final_obs) instead of being treated as termination (`--no-bootstrap-truncation` restores
 the old behaviour). `%run` in IPython leaves `agent`, the storage and `b_*` in the namespace.
 Checkpoints are pickles (optimizer, RNG and env state): load only checkpoints you trust.
+
+Read the research layer (down to `eval_action`) and `__main__`: the run-management layer between them
+is the same in all four scripts and can be skipped on a first reading.
 """
 
 import copy
@@ -19,7 +22,7 @@ import pickle
 import random
 import signal
 import time
-from collections import deque
+from collections import defaultdict, deque
 from dataclasses import asdict, dataclass
 from typing import Optional
 
@@ -55,7 +58,7 @@ class Args:
     save_model: bool = False
     """whether to save a checkpoint to `runs/{run_name}/{exp_name}.pt` (at the end, on Ctrl-C or NaN)"""
     resume: Optional[str] = None
-    """path of a checkpoint to continue training from (same env id and number of envs)"""
+    """path of a checkpoint to continue training from, with the env and algorithm settings it was trained with"""
     eval_checkpoint: Optional[str] = None
     """path of a checkpoint to evaluate instead of training"""
     eval_episodes: int = 10
@@ -121,6 +124,37 @@ def make_env(env_id: str, idx: int, capture_video: bool, run_name: str):
     return thunk
 
 
+def make_envs(args: Args, num_envs: int, run_name: str, rank: int) -> gym.vector.VectorEnv:
+    """The vector env in SAME_STEP autoreset mode: an episode's last step returns the next episode's first observation
+    and puts the real last one in infos["final_obs"], so every step is a real transition. The default NEXT_STEP mode
+    would spend one step per episode on a reset whose action is ignored."""
+    thunks = [make_env(args.env_id, i, args.capture_video and rank == 0, run_name) for i in range(num_envs)]
+    return gym.vector.SyncVectorEnv(thunks, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+
+
+def check_env(args: Args):
+    """Fail early, before anything is written, if the env is unknown or not of this script's kind."""
+    env_id = args.env_id
+    try:
+        env = gym.make(env_id)
+    except gym.error.Error as e:
+        if "NoFrameskip" in env_id or env_id.startswith("ALE/"):
+            fail(f"{env_id} is an Atari game; use ppo_atari.py for it")
+        fail(f"unknown env id {env_id!r} ({e}); list the ids with `python -c 'import gymnasium; gymnasium.pprint_registry()'`")
+    except ImportError as e:
+        fail(f"the module of env id {env_id!r} does not import ({e.__cause__ or e}); check the name before ':' or install it")
+    obs_space, act_space = env.observation_space, env.action_space
+    env.close()
+    if isinstance(act_space, gym.spaces.Box):
+        fail(f"{env_id} has continuous (Box) actions; use ppo_continuous_action.py for it")
+    if not isinstance(act_space, gym.spaces.Discrete):
+        fail(f"{env_id} has a {type(act_space).__name__} action space; {os.path.basename(__file__)} needs Discrete actions")
+    if isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) in (2, 3):
+        fail(f"{env_id} has image observations of shape {obs_space.shape}; use ppo_atari.py for images")
+    if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
+        fail(f"{env_id} observations are {obs_space}, not a flat Box; wrap the env in gymnasium.wrappers.FlattenObservation")
+
+
 def layer_init(layer: nn.Linear, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Linear:
     torch.nn.init.orthogonal_(layer.weight, std)
     torch.nn.init.constant_(layer.bias, bias_const)
@@ -182,6 +216,27 @@ def policy_loss(advantages: torch.Tensor, ratio: torch.Tensor, clip_coef: float)
     return torch.max(pg_loss1, pg_loss2).mean()
 
 
+def eval_action(agent: Agent, x: torch.Tensor, done: torch.Tensor, greedy: bool, memory=None) -> tuple:
+    """The action an evaluation plays, the most likely one (greedy) or a sample, and what the policy remembers for the
+    next step (ppo_rnn.py: the LSTM state, reset where done = 1; None for a memoryless policy)."""
+    return (agent.actor(x).argmax(dim=1) if greedy else agent.get_action_and_value(x)[0]), memory
+
+
+# ==================================================================================================================
+# RUN MANAGEMENT: start-up checks and one-line errors, the checkpoint (save and restore side by side), evaluation,
+# logging helpers, torchrun. Identical in all four scripts (tests/test_drift.py pins it), and no part of the
+# algorithm: a first reading can skip to `if __name__ == "__main__":`, where each piece is called in one line.
+# ==================================================================================================================
+
+CHECKPOINT_FORMAT = 2  # raised whenever what a checkpoint holds changes; another format gets a one-line error
+# the Args fields a resumed run may change (how it runs and is recorded); every other field must equal the checkpoint's
+MAY_CHANGE_ON_RESUME = (
+    *("exp_name", "seed", "torch_deterministic", "cuda", "track", "wandb_project_name", "wandb_entity", "capture_video"),
+    *("save_model", "resume", "eval_checkpoint", "eval_episodes", "eval_greedy", "env_threads"),
+    *("batch_size", "minibatch_size", "num_iterations"),
+)
+
+
 def fail(message: str):
     """Stop with a one-line error instead of a traceback. Under torchrun every process stops and one says why: rank 0
     once the processes have met, before that the first process of each machine (init_distributed passes it on)."""
@@ -189,6 +244,183 @@ def fail(message: str):
     if dist.is_initialized():
         dist.destroy_process_group()  # now, not during interpreter shutdown (see init_distributed)
     raise SystemExit(f"error: {message}" if says else 1)
+
+
+def check_args(args: Args):
+    for name in ("total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs", "eval_episodes"):
+        if getattr(args, name) <= 0:
+            fail(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
+    for name in ("learning_rate", "clip_coef", "max_grad_norm", "target_kl"):
+        if getattr(args, name) is not None and not getattr(args, name) > 0:
+            fail(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
+    for name in ("ent_coef", "vf_coef"):
+        if not getattr(args, name) >= 0:
+            fail(f"--{name.replace('_', '-')} must be non-negative, got {getattr(args, name)}")
+    for name in ("gamma", "gae_lambda"):
+        if not 0 <= getattr(args, name) <= 1:
+            fail(f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(args, name)}")
+    check_env(args)  # the env's kind, and what this script's domain adds (ppo_rnn.py: minibatches of whole envs)
+    batch_size = args.num_envs * args.num_steps
+    if batch_size % args.num_minibatches:
+        fail(
+            f"num_envs * num_steps = {batch_size} is not divisible by --num-minibatches {args.num_minibatches}; "
+            f"pick a divisor of {batch_size}"
+        )
+    if args.norm_adv and batch_size // args.num_minibatches < 2:
+        fail("a minibatch of 1 sample cannot normalize advantages; use fewer --num-minibatches or --no-norm-adv")
+    if args.eval_checkpoint is None and args.total_timesteps < batch_size:
+        fail(f"--total-timesteps {args.total_timesteps} is less than one batch (num_envs * num_steps = {batch_size})")
+    world_size = int(os.environ.get("WORLD_SIZE", 1))  # processes under torchrun, each stepping an equal share of the envs
+    if args.num_envs % world_size:
+        fail(f"--num-envs {args.num_envs} is not divisible by the {world_size} processes; pick a multiple of {world_size}")
+    if (batch_size // world_size) % args.num_minibatches:
+        fail(
+            f"each of the {world_size} processes holds {batch_size // world_size} samples, not divisible by --num-minibatches {args.num_minibatches}"
+        )
+
+
+def start_up(args: Args, run_name: str) -> tuple:
+    """Run every check that can stop the run before the processes meet (under torchrun, init_distributed then stops them
+    all with the reason if one failed); rank 0 alone reads --resume's checkpoint, and every process gets it. With
+    --eval-checkpoint, evaluate and exit. Returns (rank, world_size, device, the checkpoint to resume or None)."""
+    ckpt, error = None, None
+    try:
+        check_args(args)
+        if args.resume is not None and args.eval_checkpoint is None and os.environ.get("RANK", "0") == "0":
+            ckpt = load_checkpoint(args.resume, args)
+            for name, value in asdict(args).items():  # a resumed run is the same run
+                if name not in MAY_CHANGE_ON_RESUME and ckpt["args"].get(name) != value:
+                    fail(f"{args.resume!r} was trained with {name}={ckpt['args'].get(name)!r}, not {value!r}; pass the same value")
+            processes = int(os.environ.get("WORLD_SIZE", 1))  # torchrun's count; init_distributed comes below
+            if len(ckpt["ranks"]) != processes:
+                fail(f"{args.resume!r} was saved by {len(ckpt['ranks'])} process(es), not {processes}; resume it with as many")
+    except SystemExit as stop:
+        error = stop.code
+    rank, world_size, device, ckpt = init_distributed(args, error, ckpt)
+    if args.eval_checkpoint is not None:
+        if rank == 0:  # one process evaluates
+            returns = evaluate(args, f"{run_name}-eval", device)
+            greedy = "greedy" if args.eval_greedy else "sampled"
+            print(f"eval: {len(returns)} episodes ({greedy}), return {np.mean(returns):.2f} ± {np.std(returns):.2f}")
+        raise SystemExit(0)
+    return rank, world_size, device, ckpt
+
+
+def load_checkpoint(path: str, args: Args) -> dict:
+    """Load a checkpoint of this script, this format and this env, or fail with the reason."""
+    if not os.path.isfile(path):
+        fail(f"checkpoint {path!r} does not exist; pass the path of a file saved with --save-model")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as e:
+        fail(f"checkpoint {path!r} could not be read ({type(e).__name__}); it is corrupt or not a checkpoint")
+    script = os.path.basename(__file__)
+    if not isinstance(ckpt, dict) or not {"script", "args", "agent"} <= ckpt.keys():
+        fail(f"{path!r} is not a checkpoint saved by {script} --save-model")
+    if ckpt["script"] != script:
+        fail(f"{path!r} was saved by {ckpt['script']}, not {script}; run it with {ckpt['script']}")
+    if ckpt.get("format", 1) != CHECKPOINT_FORMAT:
+        fail(
+            f"{path!r} has checkpoint format {ckpt.get('format', 1)}, this {script} reads format {CHECKPOINT_FORMAT}; "
+            "use the version of the script that saved it"
+        )
+    if ckpt["args"]["env_id"] != args.env_id:
+        fail(f"{path!r} was trained on {ckpt['args']['env_id']}; pass --env-id {ckpt['args']['env_id']}")
+    return ckpt
+
+
+def moved(carry: tuple, device: torch.device) -> tuple:
+    """Copies of carry's tensors (nested in tuples) on device."""
+    return tuple(moved(x, device) if isinstance(x, tuple) else x.to(device, copy=True) for x in carry)
+
+
+def make_checkpoint(args: Args, agent, optimizer, envs, global_step: int, iteration: int, carry: tuple) -> dict:
+    """Everything needed to continue after `iteration`, copied so that training can go on: carry is what the loop takes
+    from one iteration to the next (next_obs, next_done, ...). What differs between processes under torchrun (envs,
+    carry, RNGs) is gathered from every one into "ranks" on rank 0."""
+    try:
+        env_state = pickle.dumps(envs.envs)  # the sub-envs mid-episode, with their RNGs and wrappers
+    except Exception:
+        env_state = None  # video recorders and ale-py's native vector env do not pickle: resume then starts new episodes
+    own = {
+        "envs": env_state,
+        "carry": moved(carry, torch.device("cpu")),
+        "normalization": copy.deepcopy(getattr(envs, "normalization", None)),  # ppo_continuous_action.py's statistics
+        "rng": {
+            "python": random.getstate(),
+            "numpy": np.random.get_state(),
+            "torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state() if carry[0].is_cuda else None,
+        },
+    }
+    return {
+        "format": CHECKPOINT_FORMAT,
+        "script": os.path.basename(__file__),
+        "args": asdict(args),
+        "agent": copy.deepcopy(agent.state_dict()),
+        "optimizer": copy.deepcopy(optimizer.state_dict()),
+        "global_step": global_step,
+        "iteration": iteration,
+        "ranks": gather(own),  # one entry per process
+    }
+
+
+def restore(args: Args, ckpt: Optional[dict], rank: int, agent, optimizer, envs, carry: tuple) -> tuple:
+    """Continue where make_checkpoint left off: agent, optimizer, this process's envs mid-episode with the carry, its
+    RNGs; returns (global_step, first iteration, carry). Without a checkpoint: (0, 1, the fresh carry)."""
+    if ckpt is None:
+        return 0, 1, carry
+    own = ckpt["ranks"][rank]  # this process's envs, carry and RNGs
+    agent.load_state_dict(ckpt["agent"])
+    optimizer.load_state_dict(ckpt["optimizer"])
+    if own["envs"] is not None:
+        envs.envs[:] = pickle.loads(own["envs"])
+        carry = moved(own["carry"], carry[0].device)
+    elif rank == 0:
+        print("notice: the checkpoint holds no env state (native envs and video recorders do not pickle); new episodes start here")
+    if own["normalization"] is not None:
+        envs.normalization = own["normalization"]
+    random.setstate(own["rng"]["python"])
+    np.random.set_state(own["rng"]["numpy"])
+    torch.set_rng_state(own["rng"]["torch"])
+    if carry[0].is_cuda and own["rng"]["cuda"] is not None:
+        torch.cuda.set_rng_state(own["rng"]["cuda"])
+    if rank == 0:
+        print(f"resumed from {args.resume} at iteration {ckpt['iteration']} (step {ckpt['global_step']})")
+    return ckpt["global_step"], ckpt["iteration"] + 1, carry
+
+
+def save_checkpoint(checkpoint: dict, path: str, rank: int):
+    if rank == 0:  # it holds every process's part
+        torch.save(checkpoint, path)
+        print(f"checkpoint of iteration {checkpoint['iteration']} saved to {path}")
+
+
+def evaluate(args: Args, run_name: str, device: torch.device) -> list:
+    """Play `args.eval_episodes` episodes with a saved agent, in envs made as in its training (frozen normalization
+    statistics too), and return their returns."""
+    ckpt = load_checkpoint(args.eval_checkpoint, args)
+    trained = Args(**{**ckpt["args"], "capture_video": args.capture_video, "eval_checkpoint": args.eval_checkpoint})
+    envs = make_envs(trained, 1, run_name, rank=0)
+    if ckpt["ranks"][0]["normalization"] is not None:
+        envs.normalization = ckpt["ranks"][0]["normalization"]
+    agent = Agent(envs).to(device)
+    agent.load_state_dict(ckpt["agent"])
+    torch.manual_seed(args.seed)  # sampled actions: the same seed plays the same episodes
+    obs, _ = envs.reset(seed=args.seed)
+    done, memory = torch.zeros(1, device=device), None
+    episodic_returns = []
+    while len(episodic_returns) < args.eval_episodes:
+        with torch.inference_mode():
+            x = torch.as_tensor(obs, dtype=torch.uint8 if obs.dtype == np.uint8 else torch.float32, device=device)
+            action, memory = eval_action(agent, x, done, args.eval_greedy, memory)
+        obs, _, terminations, truncations, infos = envs.step(action.cpu().numpy())
+        done = torch.as_tensor(terminations | truncations, dtype=torch.float32, device=device)
+        if "final_info" in infos and "episode" in infos["final_info"]:
+            episodic_returns.append(float(infos["final_info"]["episode"]["r"][0]))
+            print(f"eval episode {len(episodic_returns)}: return {episodic_returns[-1]:.2f}")
+    envs.close()
+    return episodic_returns
 
 
 def init_distributed(args: Args, error, ckpt: Optional[dict]) -> tuple:
@@ -237,6 +469,13 @@ def init_distributed(args: Args, error, ckpt: Optional[dict]) -> tuple:
     return rank, world_size, device, ckpt
 
 
+def broadcast_parameters(agent: nn.Module):
+    """Under torchrun, every process starts from rank 0's initialization."""
+    if dist.is_initialized():
+        for param in agent.parameters():
+            dist.broadcast(param.data, src=0)
+
+
 def all_mean(x: torch.Tensor) -> torch.Tensor:
     """The mean of x over every process (x itself in a plain run)."""
     if dist.is_initialized():
@@ -273,190 +512,11 @@ def gather(obj) -> Optional[list]:
     return objs
 
 
-def log_episodes(writer: SummaryWriter, everywhere: list) -> list:
-    """Write every process's finished episodes, (global_step, return, length) lists from gather(), to TensorBoard
-    in the order they ended; return their returns."""
-    episodes = sorted(sum(everywhere, []), key=lambda e: e[0])
-    for episode_step, episode_return, episode_length in episodes:
-        writer.add_scalar("charts/episodic_return", episode_return, episode_step)
-        writer.add_scalar("charts/episodic_length", episode_length, episode_step)
-    return [episode_return for _, episode_return, _ in episodes]
-
-
-def check_args(args: Args):
-    for name in ("total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs", "eval_episodes"):
-        if getattr(args, name) <= 0:
-            fail(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
-    for name in ("learning_rate", "clip_coef", "max_grad_norm", "target_kl"):
-        if getattr(args, name) is not None and not getattr(args, name) > 0:
-            fail(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
-    for name in ("ent_coef", "vf_coef"):
-        if not getattr(args, name) >= 0:
-            fail(f"--{name.replace('_', '-')} must be non-negative, got {getattr(args, name)}")
-    for name in ("gamma", "gae_lambda"):
-        if not 0 <= getattr(args, name) <= 1:
-            fail(f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(args, name)}")
-    batch_size = args.num_envs * args.num_steps
-    if batch_size % args.num_minibatches:
-        fail(
-            f"num_envs * num_steps = {batch_size} is not divisible by --num-minibatches {args.num_minibatches}; "
-            f"pick a divisor of {batch_size}"
-        )
-    if args.norm_adv and batch_size // args.num_minibatches < 2:
-        fail("a minibatch of 1 sample cannot normalize advantages; use fewer --num-minibatches or --no-norm-adv")
-    if args.eval_checkpoint is None and args.total_timesteps < batch_size:
-        fail(f"--total-timesteps {args.total_timesteps} is less than one batch (num_envs * num_steps = {batch_size})")
-    world_size = int(os.environ.get("WORLD_SIZE", 1))  # processes under torchrun, each stepping an equal share of the envs
-    if args.num_envs % world_size:
-        fail(f"--num-envs {args.num_envs} is not divisible by the {world_size} processes; pick a multiple of {world_size}")
-    if (batch_size // world_size) % args.num_minibatches:
-        fail(
-            f"each of the {world_size} processes holds {batch_size // world_size} samples, not divisible by --num-minibatches {args.num_minibatches}"
-        )
-
-
-def check_env(env_id: str):
-    """Fail early, before anything is written, if the env is unknown or not of this script's kind."""
-    try:
-        env = gym.make(env_id)
-    except gym.error.Error as e:
-        if "NoFrameskip" in env_id or env_id.startswith("ALE/"):
-            fail(f"{env_id} is an Atari game; use ppo_atari.py for it")
-        fail(f"unknown env id {env_id!r} ({e}); list the ids with `python -c 'import gymnasium; gymnasium.pprint_registry()'`")
-    except ImportError as e:
-        fail(f"the module of env id {env_id!r} does not import ({e.__cause__ or e}); check the name before ':' or install it")
-    obs_space, act_space = env.observation_space, env.action_space
-    env.close()
-    if isinstance(act_space, gym.spaces.Box):
-        fail(f"{env_id} has continuous (Box) actions; use ppo_continuous_action.py for it")
-    if not isinstance(act_space, gym.spaces.Discrete):
-        fail(f"{env_id} has a {type(act_space).__name__} action space; {os.path.basename(__file__)} needs Discrete actions")
-    if isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) in (2, 3):
-        fail(f"{env_id} has image observations of shape {obs_space.shape}; use ppo_atari.py for images")
-    if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
-        fail(f"{env_id} observations are {obs_space}, not a flat Box; wrap the env in gymnasium.wrappers.FlattenObservation")
-
-
-def load_checkpoint(path: str, args: Args) -> dict:
-    """Load a checkpoint of this script and this env, or fail with the reason."""
-    if not os.path.isfile(path):
-        fail(f"checkpoint {path!r} does not exist; pass the path of a file saved with --save-model")
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as e:
-        fail(f"checkpoint {path!r} could not be read ({type(e).__name__}); it is corrupt or not a checkpoint")
-    script = os.path.basename(__file__)
-    if not isinstance(ckpt, dict) or not {"script", "args", "agent"} <= ckpt.keys():
-        fail(f"{path!r} is not a checkpoint saved by {script} --save-model")
-    if ckpt["script"] != script:
-        fail(f"{path!r} was saved by {ckpt['script']}, not {script}; run it with {ckpt['script']}")
-    if ckpt["args"]["env_id"] != args.env_id:
-        fail(f"{path!r} was trained on {ckpt['args']['env_id']}; pass --env-id {ckpt['args']['env_id']}")
-    return ckpt
-
-
-def make_checkpoint(args: Args, agent, optimizer, envs, global_step: int, iteration: int, next_obs, next_done) -> dict:
-    """Everything needed to continue after `iteration`, copied so that training can go on. What differs
-    between processes under torchrun (envs, RNGs) is gathered from every one into "ranks" on rank 0."""
-    try:
-        env_state = pickle.dumps(envs.envs)  # the sub-envs mid-episode, with their RNGs and wrappers
-    except Exception:
-        env_state = None  # a video recorder cannot be pickled: resume then starts new episodes
-    own = {
-        "envs": env_state,
-        "next_obs": next_obs.cpu().numpy(),
-        "next_done": next_done.cpu().numpy(),
-        "rng": {
-            "python": random.getstate(),
-            "numpy": np.random.get_state(),
-            "torch": torch.get_rng_state(),
-            "cuda": torch.cuda.get_rng_state() if next_obs.is_cuda else None,
-        },
-    }
-    return {
-        "script": os.path.basename(__file__),
-        "args": asdict(args),
-        "agent": copy.deepcopy(agent.state_dict()),
-        "optimizer": copy.deepcopy(optimizer.state_dict()),
-        "global_step": global_step,
-        "iteration": iteration,
-        "ranks": gather(own),  # one entry per process
-    }
-
-
-def evaluate(args: Args, run_name: str, device: torch.device) -> list:
-    """Play `args.eval_episodes` episodes with a saved agent and return their returns."""
-    ckpt = load_checkpoint(args.eval_checkpoint, args)
-    envs = gym.vector.SyncVectorEnv(
-        [make_env(args.env_id, 0, args.capture_video, run_name)], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
-    )
-    agent = Agent(envs).to(device)
-    agent.load_state_dict(ckpt["agent"])
-    torch.manual_seed(args.seed)  # sampled actions: the same seed plays the same episodes
-    obs, _ = envs.reset(seed=args.seed)
-    episodic_returns = []
-    while len(episodic_returns) < args.eval_episodes:
-        with torch.inference_mode():
-            x = torch.as_tensor(obs, dtype=torch.float32, device=device)
-            action = agent.actor(x).argmax(dim=1) if args.eval_greedy else agent.get_action_and_value(x)[0]
-        obs, _, _, _, infos = envs.step(action.cpu().numpy())
-        if "final_info" in infos and "episode" in infos["final_info"]:
-            episodic_returns.append(float(infos["final_info"]["episode"]["r"][0]))
-            print(f"eval episode {len(episodic_returns)}: return {episodic_returns[-1]:.2f}")
-    envs.close()
-    return episodic_returns
-
-
-if __name__ == "__main__":
-    # ARGUMENTS AND RUN NAME
-    args = tyro.cli(Args)
-    # Every check that can stop the run comes before the processes meet: under torchrun, init_distributed stops them
-    # all if any one failed, with its reason, and sends the checkpoint, which rank 0 alone reads, to every process.
-    ckpt, error = None, None
-    try:
-        check_args(args)
-        check_env(args.env_id)
-        if args.resume is not None and args.eval_checkpoint is None and os.environ.get("RANK", "0") == "0":
-            ckpt = load_checkpoint(args.resume, args)
-            # a resumed run is the same run: the algorithm group must match the checkpoint's
-            fields = list(Args.__dataclass_fields__)
-            for name in fields[fields.index("env_id") : fields.index("batch_size")]:
-                if ckpt["args"][name] != getattr(args, name):
-                    fail(
-                        f"{args.resume!r} was trained with {name}={ckpt['args'][name]!r}, not {getattr(args, name)!r}; pass the same value"
-                    )
-            ckpt["ranks"] = ckpt.get("ranks", [ckpt])  # checkpoints from before torchrun support hold one process's state
-            processes = int(os.environ.get("WORLD_SIZE", 1))  # torchrun's count; init_distributed comes below
-            if len(ckpt["ranks"]) != processes:
-                fail(f"{args.resume!r} was saved by {len(ckpt['ranks'])} process(es), not {processes}; resume it with as many")
-    except SystemExit as stop:
-        error = stop.code
-    rank, world_size, device, ckpt = init_distributed(args, error, ckpt)  # rank 0 of 1 unless started by torchrun
-    args.batch_size = args.num_envs * args.num_steps
-    args.minibatch_size = args.batch_size // args.num_minibatches
-    args.num_iterations = args.total_timesteps // args.batch_size
-    # this process's share: the whole run's batch is split evenly between the processes
-    num_envs, batch_size, minibatch_size = args.num_envs // world_size, args.batch_size // world_size, args.minibatch_size // world_size
-    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
-    # small networks: one thread avoids the synchronization cost that dominates tiny CPU matmuls
-    torch.set_num_threads(1)
-    if args.eval_checkpoint is not None:
-        if rank > 0:
-            raise SystemExit(0)  # one process evaluates
-        returns = evaluate(args, f"{run_name}-eval", device)
-        greedy = "greedy" if args.eval_greedy else "sampled"
-        print(f"eval: {len(returns)} episodes ({greedy}), return {np.mean(returns):.2f} ± {np.std(returns):.2f}")
-        raise SystemExit(0)
-    if rank == 0:
-        print(
-            f"batch size {args.batch_size}, minibatch size {args.minibatch_size}, "
-            f"{args.num_iterations} iterations of {args.update_epochs} epochs, on {device}"
-            + (f", {world_size} processes of {num_envs} envs" if world_size > 1 else "")
-        )
-
-    # LOGGING
-    # one run, one record: rank 0 writes TensorBoard, wandb, videos and checkpoints for every process
-    if args.track and rank == 0:
+def make_writer(args: Args, run_name: str, rank: int) -> Optional[SummaryWriter]:
+    """TensorBoard at runs/{run_name} (and wandb with --track) on rank 0, which records the whole run; None elsewhere."""
+    if rank > 0:
+        return None
+    if args.track:
         import wandb
 
         wandb.init(
@@ -467,12 +527,92 @@ if __name__ == "__main__":
             name=run_name,
             save_code=True,
         )
-    writer = SummaryWriter(f"runs/{run_name}") if rank == 0 else None
+    writer = SummaryWriter(f"runs/{run_name}")
+    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])))
+    return writer
+
+
+def log_episodes(writer: Optional[SummaryWriter], finished: list) -> list:
+    """Write every process's finished episodes, (global_step, return, length), to TensorBoard in the order they ended;
+    return their returns (on rank 0; [] on the others)."""
+    everywhere = gather(finished)
+    if writer is None:
+        return []
+    episodes = sorted(sum(everywhere, []), key=lambda e: e[0])
+    for episode_step, episode_return, episode_length in episodes:
+        writer.add_scalar("charts/episodic_return", episode_return, episode_step)
+        writer.add_scalar("charts/episodic_length", episode_length, episode_step)
+    return [episode_return for _, episode_return, _ in episodes]
+
+
+def update_means(totals: dict, num_updates: int) -> dict:
+    """{name: sum over the update's minibatch steps} to {name: mean over those steps and every process} (zeros if none)."""
+    if not totals:
+        return defaultdict(float)
+    means = all_mean(torch.stack(list(totals.values())) / max(num_updates, 1)).tolist()
+    return dict(zip(totals, means, strict=True))
+
+
+def explained_variance(b_values: torch.Tensor, b_returns: torch.Tensor) -> float:
+    """1 - Var(returns - values) / Var(returns) over every process's batch (nan where the returns do not vary)."""
+    everywhere = gather((b_values.cpu().numpy(), b_returns.cpu().numpy()))
+    if everywhere is None:
+        return np.nan  # not rank 0: it logs
+    y_pred, y_true = (np.concatenate(part) for part in zip(*everywhere, strict=True))
+    var_y = np.var(y_true)
+    return np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
+
+
+def torchrun_interrupts() -> list:
+    """Under torchrun, Ctrl-C reaches each process at its own point of an iteration: note it here, and stop_requested()
+    stops them all at the end of the same iteration. A plain run stops wherever Ctrl-C finds it (KeyboardInterrupt)."""
+    interrupted = []
+    if dist.is_initialized():
+        signal.signal(signal.SIGINT, lambda *_: interrupted.append(True))
+    return interrupted
+
+
+def stop_requested(interrupted: list, device: torch.device) -> bool:
+    return dist.is_initialized() and all_mean(torch.tensor(float(len(interrupted) > 0), device=device)).item() > 0
+
+
+def close_run(args: Args, writer: Optional[SummaryWriter], finished: list, nan_message: Optional[str]):
+    """Log the episodes of an interrupted iteration, close TensorBoard and wandb, leave the process group; a NaN's error."""
+    log_episodes(writer, finished)
     if writer is not None:
-        writer.add_text(
-            "hyperparameters",
-            "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
+        writer.close()
+        if args.track:
+            import wandb
+
+            wandb.finish()
+    if dist.is_initialized():
+        dist.barrier()  # none exits before rank 0 has saved and closed: torchrun stops the others when one exits with an error
+        dist.destroy_process_group()
+    if nan_message is not None:
+        fail(nan_message)
+
+
+if __name__ == "__main__":
+    # ARGUMENTS AND START-UP
+    args = tyro.cli(Args)
+    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    # small networks: one thread avoids the synchronization cost that dominates tiny CPU matmuls
+    torch.set_num_threads(1)
+    rank, world_size, device, ckpt = start_up(args, run_name)  # checks, torchrun, --resume's checkpoint; evaluation exits here
+    args.batch_size = args.num_envs * args.num_steps
+    args.minibatch_size = args.batch_size // args.num_minibatches
+    args.num_iterations = args.total_timesteps // args.batch_size
+    # this process's share: the whole run's batch is split evenly between the processes
+    num_envs, batch_size, minibatch_size = args.num_envs // world_size, args.batch_size // world_size, args.minibatch_size // world_size
+    if rank == 0:
+        print(
+            f"batch size {args.batch_size}, minibatch size {args.minibatch_size}, "
+            f"{args.num_iterations} iterations of {args.update_epochs} epochs, on {device}"
+            + (f", {world_size} processes of {num_envs} envs" if world_size > 1 else "")
         )
+
+    # LOGGING
+    writer = make_writer(args, run_name, rank)  # one run, one record: rank 0 writes it for every process (None elsewhere)
 
     # SEEDING
     random.seed(args.seed + rank)  # each process its own streams (rank 0's are those of a plain run)
@@ -481,19 +621,11 @@ if __name__ == "__main__":
     torch.backends.cudnn.deterministic = args.torch_deterministic
 
     # ENVS
-    # SAME_STEP autoreset: an episode's last step returns the next episode's first observation and
-    # puts the real last one in infos["final_obs"], so every step is a real transition. The default
-    # NEXT_STEP mode would spend one step per episode on a reset whose action is ignored.
-    envs = gym.vector.SyncVectorEnv(
-        [make_env(args.env_id, i, args.capture_video and rank == 0, run_name) for i in range(num_envs)],
-        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
-    )
+    envs = make_envs(args, num_envs, run_name, rank)
 
     # AGENT AND OPTIMIZER
     agent = Agent(envs).to(device)
-    if dist.is_initialized():
-        for param in agent.parameters():
-            dist.broadcast(param.data, src=0)  # every process starts from rank 0's initialization
+    broadcast_parameters(agent)
     optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, foreach=True)
 
     # STORAGE
@@ -507,44 +639,23 @@ if __name__ == "__main__":
     dones = torch.zeros(storage_shape, device=device)  # (num_steps, num_envs)
     values = torch.zeros(storage_shape, device=device)  # (num_steps, num_envs)
 
-    global_step = 0
-    start_iteration = 1
     next_obs_np, _ = envs.reset(seed=args.seed + rank * num_envs)  # env seeds: the same set as a plain run's
     envs.action_space.seed(args.seed + rank)
-    own = ckpt["ranks"][rank] if ckpt is not None else None  # this process's envs and RNGs in the checkpoint
-    if ckpt is not None:
-        agent.load_state_dict(ckpt["agent"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        global_step, start_iteration = ckpt["global_step"], ckpt["iteration"] + 1
-        if own["envs"] is not None:
-            envs.envs[:] = pickle.loads(own["envs"])  # the sub-envs mid-episode, with their RNGs and wrappers
-            next_obs_np = own["next_obs"]
-        elif rank == 0:
-            print("notice: the checkpoint holds no env state (it could not be pickled); new episodes start here")
-        random.setstate(own["rng"]["python"])
-        np.random.set_state(own["rng"]["numpy"])
-        torch.set_rng_state(own["rng"]["torch"])
-        if device.type == "cuda" and own["rng"]["cuda"] is not None:
-            torch.cuda.set_rng_state(own["rng"]["cuda"])
-        if rank == 0:
-            print(f"resumed from {args.resume} at iteration {ckpt['iteration']} (step {global_step})")
     next_obs = torch.as_tensor(next_obs_np, dtype=obs.dtype, device=device)  # (num_envs, *obs_shape)
     next_done = torch.zeros(num_envs, device=device)  # (num_envs,)
-    if own is not None and own["envs"] is not None:
-        next_done = torch.as_tensor(own["next_done"], device=device)
+    # --resume: the checkpoint's agent, optimizer, counters, RNGs and envs mid-episode replace the fresh ones
+    global_step, start_iteration, (next_obs, next_done) = restore(args, ckpt, rank, agent, optimizer, envs, (next_obs, next_done))
     recent_returns = deque(maxlen=100)
-    interrupted = []  # Ctrl-C under torchrun reaches each process elsewhere: noted here, acted on by all together
-    if dist.is_initialized():
-        signal.signal(signal.SIGINT, lambda *_: interrupted.append(True))
     finished = []  # (global_step, return, length) of this process's episodes since the last log
+    interrupted = torchrun_interrupts()
+    # the state after the last whole iteration: what --save-model writes at the end, on Ctrl-C or on a NaN
     checkpoint, nan_message = None, None
+    if args.save_model:
+        checkpoint = make_checkpoint(args, agent, optimizer, envs, global_step, start_iteration - 1, (next_obs, next_done))
     start_time, start_step = time.time(), global_step
     iteration = start_iteration - 1
     try:
         for iteration in range(start_iteration, args.num_iterations + 1):
-            if args.save_model:
-                # the state between iterations: what Ctrl-C or a NaN saves, and what --resume continues exactly
-                checkpoint = make_checkpoint(args, agent, optimizer, envs, global_step, iteration - 1, next_obs, next_done)
             # LEARNING-RATE ANNEALING
             if args.anneal_lr:
                 frac = 1.0 - (iteration - 1.0) / args.num_iterations
@@ -593,9 +704,8 @@ if __name__ == "__main__":
 
             # UPDATE
             b_inds = np.arange(batch_size)
-            clipfracs = []
-            stats = torch.zeros(7, device=device)  # sums of pg, v, entropy, old kl, kl, loss, gradient norm
-            num_updates = 0
+            totals, num_updates = {}, 0  # sums of the update's statistics over its minibatch steps
+            kl_stop = False
             for _epoch in range(args.update_epochs):
                 np.random.shuffle(b_inds)
                 for start in range(0, batch_size, minibatch_size):
@@ -609,10 +719,10 @@ if __name__ == "__main__":
                     with torch.no_grad():
                         # http://joschu.net/blog/kl-approx.html
                         old_approx_kl, approx_kl = all_mean(torch.stack(((-logratio).mean(), ((ratio - 1) - logratio).mean())))
+                        clipfrac = ((ratio - 1.0).abs() > args.clip_coef).float().mean()
                     if args.target_kl is not None and approx_kl > args.target_kl:
+                        kl_stop = True  # no further minibatch or epoch
                         break
-                    with torch.no_grad():
-                        clipfracs.append(((ratio - 1.0).abs() > args.clip_coef).float().mean())
 
                     mb_advantages = b_advantages[mb_inds]
                     if args.norm_adv:  # by the statistics of the whole minibatch, every process's share of it
@@ -638,67 +748,50 @@ if __name__ == "__main__":
                     average_gradients(agent)
                     grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
                     optimizer.step()
-                    stats += torch.stack((pg_loss, v_loss, entropy_loss, old_approx_kl, approx_kl, loss, grad_norm)).detach()
+                    minibatch_stats = dict(policy_loss=pg_loss, value_loss=v_loss, entropy=entropy_loss, old_approx_kl=old_approx_kl)
+                    minibatch_stats.update(approx_kl=approx_kl, clipfrac=clipfrac, loss=loss, grad_norm=grad_norm)
+                    totals = {name: totals.get(name, 0) + value.detach() for name, value in minibatch_stats.items()}
                     num_updates += 1
-                else:
-                    continue
-                break  # target_kl reached: no further epochs either
+                if kl_stop:
+                    break
 
             # LOGGING
-            pg_mean, v_mean, ent_mean, old_kl_mean, kl_mean, loss_mean, grad_norm_mean = all_mean(stats / max(num_updates, 1)).tolist()
-            if not (np.isfinite(loss_mean) and np.isfinite(grad_norm_mean)):
-                nan_message = f"the loss became {loss_mean} (gradient norm {grad_norm_mean}) at iteration {iteration}; training stopped"
+            stats = update_means(totals, num_updates)  # means over the update and every process
+            if not (np.isfinite(stats["loss"]) and np.isfinite(stats["grad_norm"])):
+                nan_message = (
+                    f"the loss became {stats['loss']} (gradient norm {stats['grad_norm']}) at iteration {iteration}; training stopped"
+                )
                 break
-            if dist.is_initialized() and all_mean(torch.tensor(float(len(interrupted) > 0), device=device)).item() > 0:
-                raise KeyboardInterrupt  # every process stops at the end of this same iteration
-            clipfrac = all_mean(torch.stack(clipfracs).mean() if clipfracs else torch.zeros((), device=device)).item()
-            episodes_everywhere, values_everywhere = gather(finished), gather((b_values.cpu().numpy(), b_returns.cpu().numpy()))
+            if stop_requested(interrupted, device):
+                raise KeyboardInterrupt  # torchrun: every process stops at the end of this same iteration
+            recent_returns.extend(log_episodes(writer, finished))  # every process's episodes, in the order they ended
             finished = []
-            if rank > 0:
-                continue
-            recent_returns.extend(log_episodes(writer, episodes_everywhere))
-            y_pred, y_true = (np.concatenate(part) for part in zip(*values_everywhere, strict=True))
-            var_y = np.var(y_true)
-            explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
-            sps = int((global_step - start_step) / (time.time() - start_time))
-            writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-            writer.add_scalar("losses/value_loss", v_mean, global_step)
-            writer.add_scalar("losses/policy_loss", pg_mean, global_step)
-            writer.add_scalar("losses/entropy", ent_mean, global_step)
-            writer.add_scalar("losses/old_approx_kl", old_kl_mean, global_step)
-            writer.add_scalar("losses/approx_kl", kl_mean, global_step)
-            writer.add_scalar("losses/clipfrac", clipfrac, global_step)
-            writer.add_scalar("losses/explained_variance", explained_var, global_step)
-            writer.add_scalar("charts/SPS", sps, global_step)
-            eta = (args.num_iterations - iteration) * args.batch_size / max(sps, 1)
-            recent = f"{np.mean(recent_returns):.2f}" if recent_returns else "n/a"
-            print(
-                f"iter {iteration}/{args.num_iterations} step {global_step} SPS {sps} "
-                f"return {recent} (last {len(recent_returns)}) ETA {eta // 60:.0f}m{eta % 60:02.0f}s"
-            )
-        else:
-            checkpoint = None  # finished: save the final state below
+            explained_var = explained_variance(b_values, b_returns)
+            if rank == 0:
+                sps = int((global_step - start_step) / (time.time() - start_time))
+                writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+                writer.add_scalar("losses/value_loss", stats["value_loss"], global_step)
+                writer.add_scalar("losses/policy_loss", stats["policy_loss"], global_step)
+                writer.add_scalar("losses/entropy", stats["entropy"], global_step)
+                writer.add_scalar("losses/old_approx_kl", stats["old_approx_kl"], global_step)
+                writer.add_scalar("losses/approx_kl", stats["approx_kl"], global_step)
+                writer.add_scalar("losses/clipfrac", stats["clipfrac"], global_step)
+                writer.add_scalar("losses/explained_variance", explained_var, global_step)
+                writer.add_scalar("charts/SPS", sps, global_step)
+                eta = (args.num_iterations - iteration) * args.batch_size / max(sps, 1)
+                recent = f"{np.mean(recent_returns):.2f}" if recent_returns else "n/a"
+                print(
+                    f"iter {iteration}/{args.num_iterations} step {global_step} SPS {sps} "
+                    f"return {recent} (last {len(recent_returns)}) ETA {eta // 60:.0f}m{eta % 60:02.0f}s"
+                )
+            if args.save_model:
+                checkpoint = make_checkpoint(args, agent, optimizer, envs, global_step, iteration, (next_obs, next_done))
     except KeyboardInterrupt:
         if rank == 0:
             print(f"interrupted during iteration {iteration}; closing (a checkpoint keeps the last whole iteration)")
 
     # SAVE AND CLOSE
     if args.save_model:
-        model_path = f"runs/{run_name}/{args.exp_name}.pt"
-        if checkpoint is None:
-            checkpoint = make_checkpoint(args, agent, optimizer, envs, global_step, iteration, next_obs, next_done)
-        if rank == 0:
-            torch.save(checkpoint, model_path)
-            print(f"checkpoint of iteration {checkpoint['iteration']} saved to {model_path}")
+        save_checkpoint(checkpoint, f"runs/{run_name}/{args.exp_name}.pt", rank)
     envs.close()
-    finished_everywhere = gather(finished)  # every process's episodes of an interrupted iteration, not yet logged
-    if writer is not None:
-        log_episodes(writer, finished_everywhere)
-        writer.close()
-    if args.track and rank == 0:
-        wandb.finish()
-    if dist.is_initialized():
-        dist.barrier()  # none exits before rank 0 has saved and closed: torchrun stops the others when one exits with an error
-        dist.destroy_process_group()
-    if nan_message is not None:
-        fail(nan_message)
+    close_run(args, writer, finished, nan_message)  # with every process's episodes of an interrupted iteration

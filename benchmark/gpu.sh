@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The GPU machine's jobs (one H100, 16 slow cores; ../shared/GPU.md). Run from the repo root there, with
-# the wheels of `bash ../shared/gpu/fetch_wheels.sh` (plus the test suite's: see README) carried in .whl/.
+# The GPU machine's jobs (one H100, 16 slow cores). Run from the repo root there, with the wheels of
+# `bash benchmark/fetch_gpu_wheels.sh` (plus the test suite's: docs/exactness.md) carried in .whl/.
 #   bash benchmark/gpu.sh speed            # raw env throughput and ppo_atari.py --cuda SPS, both settings
 #   bash benchmark/gpu.sh phases           # where an iteration's time goes (benchmark/phases.py), both settings, with and without --sync
 #   bash benchmark/gpu.sh start [args]     # the 10M Breakout run in the background (detached), throughput settings
@@ -15,7 +15,7 @@ fi
 export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 WANDB_MODE=offline MPLBACKEND=Agg SDL_VIDEODRIVER=dummy
 OUT=${OUT:-/tmp/gpu_out}
 mkdir -p "$OUT" /tmp/gpu_runs
-THROUGHPUT=(--num-envs 128 --num-steps 32 --num-minibatches 16)  # the README's throughput settings
+THROUGHPUT=(--num-envs 128 --num-steps 32 --num-minibatches 16)  # the throughput settings (docs/atari.md)
 case "${1:-}" in
 speed)
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader

@@ -4,7 +4,7 @@
 #       GPU machine: Breakout, Pong, BeamRider, 10M steps, seeds 1-3, default settings (8 envs x 128
 #       steps), then the same with the throughput settings (128 envs x 32 steps, 16 minibatches;
 #       exp name ppo_atari_throughput), one run at a time. About 1.6 hours a run at default settings
-#       and 40 minutes with the throughput settings on one H100 with 16 cores (README, Speed).
+#       and 40 minutes with the throughput settings on one H100 with 16 cores (benchmark/README.md, Speed).
 #   SHORT=1 [SEEDS="1 2 3"] bash benchmark/ppo_atari.sh
 #       the CPU check: Breakout, 1M steps, the default settings and the throughput settings side by
 #       side (two runs at a time, one per setting, each with --env-threads 1 and OMP_NUM_THREADS=1; the

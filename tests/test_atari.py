@@ -291,7 +291,7 @@ def test_native_time_limit_ends_the_game_even_when_the_lives_count_drops():
 def test_native_env_matches_the_gymnasium_wrappers(env_id, monkeypatch):
     """No-op starts and FIRE resets off, the same actions: the native vector env and make_env's stack
     agree on every reward, termination and logged game, and on every frame of the stack that both
-    have seen. They differ where the README says: at a game start the native env pads the stack with
+    have seen. They differ where docs/atari.md says: at a game start the native env pads the stack with
     zeros (gymnasium repeats the first frame), and after a lost life gymnasium's EpisodicLife plays a
     no-op (given to the native env here as action 0) and restarts the stack, which the native env keeps."""
     module = load(SCRIPT)
@@ -377,20 +377,3 @@ def test_native_resume_restores_the_run_and_starts_new_games(tmp_path, monkeypat
     assert all(torch.equal(state[k]["exp_avg"], v["exp_avg"]) for k, v in ckpt["optimizer"]["state"].items())
     resumed = run(SCRIPT, *argv, "--resume", str(path), cwd=tmp_path / "c")
     assert resumed["global_step"] == 320 and type(resumed["envs"]).__name__ == "NativeAtari"
-
-
-def test_checkpoints_from_before_the_native_path_resume_on_gymnasiums(tmp_path):
-    """A checkpoint saved before --native-envs and torchrun existed (no such field, one process's state at
-    the top level) names the flag it needs, and resumes exactly with it."""
-    argv = [*TINY, "--total-timesteps", "64", "--save-model", "--no-native-envs"]
-    run(SCRIPT, *argv, cwd=tmp_path / "a")
-    ckpt = torch.load(checkpoint_path(tmp_path / "a"), weights_only=False)
-    del ckpt["args"]["native_envs"], ckpt["args"]["env_threads"]
-    ckpt.update(ckpt.pop("ranks")[0])
-    torch.save(ckpt, tmp_path / "old.pt")
-    resume = [*TINY, "--total-timesteps", "96", "--resume", str(tmp_path / "old.pt")]
-    assert "was trained with total_timesteps=64" in error_of(SCRIPT, *resume, cwd=tmp_path / "b")
-    resume[resume.index("96")] = "64"
-    assert "was trained with native_envs=False, not True; pass the same value" in error_of(SCRIPT, *resume, cwd=tmp_path / "b")
-    g = run(SCRIPT, *resume, "--no-native-envs", cwd=tmp_path / "b")
-    assert g["global_step"] == 64 and isinstance(g["envs"], gym.vector.SyncVectorEnv)

@@ -76,6 +76,15 @@ def test_env_of_another_kind_names_the_right_script(script, env_id, expected, tm
     assert not (tmp_path / "runs").exists()
 
 
+# a flag that changes a field each script appends to the algorithm group, and the value it was trained with
+DOMAIN_FIELD = {
+    "ppo.py": (["--no-bootstrap-truncation"], "bootstrap_truncation=True"),
+    "ppo_rnn.py": (["--reward-scale", "0.5"], "reward_scale=0.1"),
+    "ppo_continuous_action.py": (["--no-norm-reward"], "norm_reward=True"),
+    "ppo_atari.py": (["--no-native-envs"], "native_envs=True"),
+}
+
+
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_bad_checkpoints(script, tmp_path):
     (tmp_path / "corrupt.pt").write_bytes(b"not a checkpoint at all")
@@ -97,7 +106,16 @@ def test_bad_checkpoints(script, tmp_path):
     resume = ["--env-id", other, *TINY, "--total-timesteps", "32", "--resume", path]
     assert "was trained with num_envs=2, not 4" in error_of(script, *resume, "--num-envs", "4", "--num-steps", "8", cwd=tmp_path)
     assert "was trained with learning_rate=" in error_of(script, *resume, "--learning-rate", "0.5", cwd=tmp_path)
-    run(script, *resume, cwd=tmp_path)  # the same settings resume
+    flags, trained_with = DOMAIN_FIELD[script]  # the fields a script appends are checked too, wherever they stand in Args
+    assert f"was trained with {trained_with}" in error_of(script, *resume, *flags, cwd=tmp_path)
+    ckpt = torch.load(path, weights_only=False)
+    for label, older in (("1", {k: v for k, v in ckpt.items() if k != "format"}), ("0", {**ckpt, "format": 0})):
+        torch.save(older, tmp_path / "older.pt")  # a checkpoint of another format: no shim, a one-line error
+        for argv in (["--eval-checkpoint", "older.pt"], [*resume[:-1], "older.pt"]):
+            assert f"has checkpoint format {label}, this {script} reads format 2" in error_of(
+                script, "--env-id", other, *argv, cwd=tmp_path
+            )
+    run(script, *resume, *(["--env-threads", "1"] if script == "ppo_atari.py" else []), cwd=tmp_path)  # the same settings resume
 
 
 @pytest.mark.parametrize("script", SCRIPTS)

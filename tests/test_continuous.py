@@ -192,7 +192,7 @@ def test_evaluation_uses_the_saved_statistics_frozen(tmp_path, monkeypatch):
     module = load(SCRIPT)
     run(SCRIPT, "--env-id", "Hopper-v5", *TINY, "--total-timesteps", "256", "--save-model", cwd=tmp_path)
     path = str(checkpoint_path(tmp_path))
-    saved_obs_rms = torch.load(path, weights_only=False)["normalization"][0]
+    saved_obs_rms = torch.load(path, weights_only=False)["ranks"][0]["normalization"][0]
 
     raws, seen = [], []
     original = gym.vector.SyncVectorEnv.step
@@ -220,7 +220,7 @@ def test_evaluation_uses_the_saved_statistics_frozen(tmp_path, monkeypatch):
 
     # the same checkpoint without its statistics plays differently: they matter to this agent
     ckpt = torch.load(path, weights_only=False)
-    ckpt["normalization"] = (RunningMeanStd(shape=saved_obs_rms.mean.shape), RunningMeanStd(shape=()), np.zeros(1))
+    ckpt["ranks"][0]["normalization"] = (RunningMeanStd(shape=saved_obs_rms.mean.shape), RunningMeanStd(shape=()), np.zeros(1))
     torch.save(ckpt, tmp_path / "no_stats.pt")
     args.eval_checkpoint = str(tmp_path / "no_stats.pt")
     assert module.evaluate(args, "eval", torch.device("cpu")) != returns
