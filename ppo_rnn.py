@@ -162,6 +162,7 @@ def make_envs(args: Args, num_envs: int, run_name: str, rank: int) -> gym.vector
 
 def check_env(args: Args):
     """Fail early, before anything is written, if the env is unknown or not of this script's kind."""
+    # what this script adds to check_args: its own coefficient, and minibatches of whole env sequences
     if not args.reward_scale > 0:
         fail(f"--reward-scale must be positive, got {args.reward_scale}")
     if args.num_envs % args.num_minibatches:
