@@ -56,7 +56,9 @@ class Args:
     capture_video: bool = False
     """whether to capture videos of the agent performances (check out `videos` folder)"""
     save_model: bool = False
-    """whether to save a checkpoint to `runs/{run_name}/{exp_name}.pt` (at the end, on Ctrl-C or NaN)"""
+    """whether to save a checkpoint to `runs/{run_name}/{exp_name}.pt` (at the end, on Ctrl-C, SIGTERM or NaN)"""
+    save_every: float = 10.0
+    """with --save-model, also write the checkpoint every this many minutes of wall time (0: after every iteration)"""
     resume: Optional[str] = None
     """path of a checkpoint to continue training from, with the env and algorithm settings it was trained with"""
     eval_checkpoint: Optional[str] = None
@@ -232,7 +234,7 @@ CHECKPOINT_FORMAT = 2  # raised whenever what a checkpoint holds changes; anothe
 # the Args fields a resumed run may change (how it runs and is recorded); every other field must equal the checkpoint's
 MAY_CHANGE_ON_RESUME = (
     *("exp_name", "seed", "torch_deterministic", "cuda", "track", "wandb_project_name", "wandb_entity", "capture_video"),
-    *("save_model", "resume", "eval_checkpoint", "eval_episodes", "eval_greedy", "env_threads"),
+    *("save_model", "save_every", "resume", "eval_checkpoint", "eval_episodes", "eval_greedy", "env_threads"),
     *("batch_size", "minibatch_size", "num_iterations"),
 )
 
@@ -390,10 +392,15 @@ def restore(args: Args, ckpt: Optional[dict], rank: int, agent, optimizer, envs,
     return ckpt["global_step"], ckpt["iteration"] + 1, carry
 
 
-def save_checkpoint(checkpoint: dict, path: str, rank: int):
-    if rank == 0:  # it holds every process's part
-        torch.save(checkpoint, path)
-        print(f"checkpoint of iteration {checkpoint['iteration']} saved to {path}")
+def save_checkpoint(checkpoint: dict, path: str, rank: int, final: bool = True) -> float:
+    """Write the checkpoint atomically (a whole file under a temporary name, then renamed over the last one, so that
+    a kill mid-write leaves the previous checkpoint); rank 0 holds every process's part. Returns when it was written."""
+    if rank == 0:
+        torch.save(checkpoint, f"{path}.tmp")
+        os.replace(f"{path}.tmp", path)
+        if final:
+            print(f"checkpoint of iteration {checkpoint['iteration']} saved to {path}")
+    return time.time()
 
 
 def evaluate(args: Args, run_name: str, device: torch.device) -> list:
@@ -563,21 +570,33 @@ def explained_variance(b_values: torch.Tensor, b_returns: torch.Tensor) -> float
     return np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
 
 
-def torchrun_interrupts() -> list:
-    """Under torchrun, Ctrl-C reaches each process at its own point of an iteration: note it here, and stop_requested()
-    stops them all at the end of the same iteration. A plain run stops wherever Ctrl-C finds it (KeyboardInterrupt)."""
+def catch_stop_signals() -> list:
+    """SIGTERM (kill, docker stop, systemd, Slurm, Kubernetes), and Ctrl-C under torchrun, where it reaches each process
+    at its own point of an iteration: note it here, and stop_requested() stops every process at the end of the same
+    iteration. A second SIGTERM kills at once. A plain run's Ctrl-C stops wherever it finds the run (KeyboardInterrupt)."""
     interrupted = []
+
+    def note(signum, frame):
+        interrupted.append(signum)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the next one cannot wait
+
+    signal.signal(signal.SIGTERM, note)
     if dist.is_initialized():
-        signal.signal(signal.SIGINT, lambda *_: interrupted.append(True))
+        signal.signal(signal.SIGINT, note)
     return interrupted
 
 
 def stop_requested(interrupted: list, device: torch.device) -> bool:
-    return dist.is_initialized() and all_mean(torch.tensor(float(len(interrupted) > 0), device=device)).item() > 0
+    if not dist.is_initialized():
+        return len(interrupted) > 0
+    return all_mean(torch.tensor(float(len(interrupted) > 0), device=device)).item() > 0
 
 
 def close_run(args: Args, writer: Optional[SummaryWriter], finished: list, nan_message: Optional[str]):
     """Log the episodes of an interrupted iteration, close TensorBoard and wandb, leave the process group; a NaN's error."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the handlers of catch_stop_signals() end with the run
+    if dist.is_initialized():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     log_episodes(writer, finished)
     if writer is not None:
         writer.close()
@@ -647,12 +666,14 @@ if __name__ == "__main__":
     global_step, start_iteration, (next_obs, next_done) = restore(args, ckpt, rank, agent, optimizer, envs, (next_obs, next_done))
     recent_returns = deque(maxlen=100)
     finished = []  # (global_step, return, length) of this process's episodes since the last log
-    interrupted = torchrun_interrupts()
+    interrupted = catch_stop_signals()
     # the state after the last whole iteration: what --save-model writes at the end, on Ctrl-C or on a NaN
     checkpoint, nan_message = None, None
+    model_path = f"runs/{run_name}/{args.exp_name}.pt"
     if args.save_model:
         checkpoint = make_checkpoint(args, agent, optimizer, envs, global_step, start_iteration - 1, (next_obs, next_done))
     start_time, start_step = time.time(), global_step
+    saved_at = start_time  # the last periodic write of the checkpoint
     iteration = start_iteration - 1
     try:
         for iteration in range(start_iteration, args.num_iterations + 1):
@@ -763,7 +784,7 @@ if __name__ == "__main__":
                 )
                 break
             if stop_requested(interrupted, device):
-                raise KeyboardInterrupt  # torchrun: every process stops at the end of this same iteration
+                raise KeyboardInterrupt  # SIGTERM, or Ctrl-C under torchrun: every process stops at the end of this iteration
             recent_returns.extend(log_episodes(writer, finished))  # every process's episodes, in the order they ended
             finished = []
             explained_var = explained_variance(b_values, b_returns)
@@ -786,12 +807,14 @@ if __name__ == "__main__":
                 )
             if args.save_model:
                 checkpoint = make_checkpoint(args, agent, optimizer, envs, global_step, iteration, (next_obs, next_done))
+                if time.time() - saved_at >= 60 * args.save_every:  # a killed run loses at most this much
+                    saved_at = save_checkpoint(checkpoint, model_path, rank, final=False)
     except KeyboardInterrupt:
         if rank == 0:
             print(f"interrupted during iteration {iteration}; closing (a checkpoint keeps the last whole iteration)")
 
     # SAVE AND CLOSE
     if args.save_model:
-        save_checkpoint(checkpoint, f"runs/{run_name}/{args.exp_name}.pt", rank)
+        save_checkpoint(checkpoint, model_path, rank)
     envs.close()
     close_run(args, writer, finished, nan_message)  # with every process's episodes of an interrupted iteration
