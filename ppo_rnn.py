@@ -602,9 +602,10 @@ def make_writer(args: Args, run_name: str, rank: int) -> Optional[SummaryWriter]
 
 
 def log_episodes(writer: Optional[SummaryWriter], finished: list) -> list:
-    """Write every process's finished episodes, (global_step, return, length), to TensorBoard in the order they ended;
-    return their returns (on rank 0; [] on the others)."""
-    everywhere = gather(finished)
+    """Write every process's finished episodes, (global_step, return, length), to TensorBoard in the order they ended,
+    and empty `finished`; return their returns (on rank 0; [] on the others)."""
+    everywhere = gather(finished.copy())
+    finished.clear()
     if writer is None:
         return []
     episodes = sorted(sum(everywhere, []), key=lambda e: e[0])
@@ -732,8 +733,7 @@ if __name__ == "__main__":
     recent_returns = deque(maxlen=100)
     finished = []  # (global_step, return, length) of this process's episodes since the last log
     interrupted = catch_stop_signals()
-    # the state after the last whole iteration: what --save-model writes at the end, on Ctrl-C or on a NaN
-    checkpoint, nan_message = None, None
+    checkpoint, nan_message = None, None  # checkpoint: the state after the last whole iteration, what --save-model writes
     model_path = f"runs/{run_name}/{args.exp_name}.pt"
     if args.save_model:
         checkpoint = make_checkpoint(args, agent, optimizer, envs, global_step, start_iteration - 1, (next_obs, next_done, next_lstm_state))
@@ -863,7 +863,6 @@ if __name__ == "__main__":
             if stop_requested(interrupted, device):
                 raise KeyboardInterrupt  # SIGTERM, or Ctrl-C under torchrun: every process stops at the end of this iteration
             recent_returns.extend(log_episodes(writer, finished))  # every process's episodes, in the order they ended
-            finished = []
             explained_var = explained_variance(b_values, b_returns)
             if rank == 0:
                 sps = int((global_step - start_step) / (time.time() - start_time))
