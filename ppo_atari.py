@@ -117,7 +117,11 @@ class Args:
     native_envs: bool = True
     """step the games with ale-py's C++ vector env (off: gymnasium's wrappers, for exact resume; --capture-video uses them)"""
     env_threads: int = 0
-    """threads of the native vector env (0: one per available core, shared among torchrun's local processes, at most num_envs); --resume may change it"""
+    """threads of each group of the native vector env (0: one per available core, shared among torchrun's local processes, at most the group's envs); --resume may change it"""
+    env_groups: int = 0
+    """the native envs step in this many groups, one while the policy acts for the next (0: 2 on a GPU, 1 on CPU, where both share the cores)"""
+    cuda_graphs: bool = False
+    """on CUDA, record the policy's forward and the update's minibatch step in CUDA graphs and replay them (no kernel launch overhead; fused Adam; other numbers than without)"""
 
     batch_size: int = 0
     """the batch size (computed in runtime)"""
@@ -184,22 +188,27 @@ class FireReset(gym.Wrapper):
         return obs, info
 
 
-class NativeAtari(gym.vector.VectorWrapper):
+class NativeAtari(gym.vector.VectorEnv):
     """ale-py's AtariVectorEnv (the same emulator; no-ops, frame skip, max-pooling, 84x84 grayscale and
     the frame stack done in C++ on a thread pool) with make_env's learning semantics: a lost life ends
     the episode for learning while the game goes on, the next action after it is FIRE where the game has
     it (the serve FireReset presses), rewards clipped to their sign, and each whole game's raw score
-    and length in infos["final_info"] as RecordEpisodeStatistics reports them."""
+    and length in infos["final_info"] as RecordEpisodeStatistics reports them.
 
-    def __init__(self, env_id: str, num_envs: int, num_threads: int, **settings):
+    The envs come in `groups` equal parts (envs 0..k-1, k..2k-1, ...), each an AtariVectorEnv with its own threads:
+    send(actions, g) starts group g's step and recv(g) waits for it, so that one group steps while the policy acts
+    for another. Each env plays as it would in one group of all the envs (same seed, same games); step() steps all."""
+
+    def __init__(self, env_id: str, num_envs: int, num_threads: int, groups: int = 1, **settings):
         spec = gym.spec(env_id.split(":")[-1]).kwargs  # "module:Game-v4" ids: gym.make imported the module
         skip = spec.get("frameskip", 4)  # NoFrameskip ids: 1, so skip 4 here with the max of the last two frames
-        super().__init__(
+        cores = max(1, len(os.sched_getaffinity(0)) // int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
+        self.size = num_envs // groups  # envs per group
+        self.vector_envs = [
             AtariVectorEnv(
                 spec["game"],
-                num_envs,
-                num_threads=num_threads
-                or min(num_envs, max(1, len(os.sched_getaffinity(0)) // int(os.environ.get("LOCAL_WORLD_SIZE", 1)))),
+                self.size,
+                num_threads=num_threads or min(self.size, cores),
                 frameskip=4 if skip == 1 else skip,
                 maxpool=skip == 1,
                 repeat_action_probability=spec.get("repeat_action_probability", 0.25),
@@ -208,30 +217,81 @@ class NativeAtari(gym.vector.VectorWrapper):
                 life_loss_info=True,  # not episodic_life=True: that restarts the whole game at every lost life
                 reward_clipping=False,  # the score is the raw rewards' sum; learning gets their sign below
                 autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
-                **{"noop_max": 30, "use_fire_reset": True, **settings},  # FIRE at a game's start; step() serves a new life
+                **{"noop_max": 30, "use_fire_reset": True, **settings},  # FIRE at a game's start; send() serves a new life
             )
+            for _ in range(groups)
+        ]
+        self.num_groups, self.num_envs, self.metadata = groups, num_envs, {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
+        self.single_observation_space, self.single_action_space = (
+            self.vector_envs[0].single_observation_space,
+            self.vector_envs[0].single_action_space,
         )
+        self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, num_envs)
+        self.action_space = gym.vector.utils.batch_space(self.single_action_space, num_envs)
         self.returns, self.lengths, self.lives = np.zeros(num_envs), np.zeros(num_envs, dtype=np.int64), None
-        self.fire = settings.get("use_fire_reset", True) and self.env.ale.get_action_set()[1] == ale_py.Action.FIRE
+        self.serve = np.zeros(num_envs, dtype=bool)
+        self.fire = settings.get("use_fire_reset", True) and self.vector_envs[0].ale.get_action_set()[1] == ale_py.Action.FIRE
 
-    def reset(self, **kwargs):
-        obs, infos = self.env.reset(**kwargs)
-        self.returns[:], self.lengths[:], self.lives, self.serve = 0, 0, infos["lives"], np.zeros(len(obs), dtype=bool)
+    def reset(self, *, seed=None, options=None):
+        seeds = seed + np.arange(self.num_envs) if isinstance(seed, int) else seed  # env i: seed + i, whatever its group
+        parts = [env.reset(seed=None if seeds is None else seeds[self.part(g)]) for g, env in enumerate(self.vector_envs)]
+        obs, infos = np.concatenate([obs for obs, _ in parts]), {k: np.concatenate([i[k] for _, i in parts]) for k in parts[0][1]}
+        self.returns[:], self.lengths[:], self.lives, self.serve[:] = 0, 0, infos["lives"], False
         return obs, infos
 
-    def step(self, actions):
+    def part(self, group: int) -> slice:
+        return slice(group * self.size, (group + 1) * self.size)
+
+    def send(self, actions: np.ndarray, group: int = 0):
         # a new life waits for FIRE: the env presses it in place of the agent's action (ignored on that one step)
-        obs, rewards, terminations, truncations, infos = self.env.step(np.where(self.serve, 1, actions))
-        self.returns += rewards
-        self.lengths += 1
+        self.vector_envs[group].send(np.where(self.serve[self.part(group)], 1, actions))
+
+    def recv(self, group: int = 0) -> tuple:
+        obs, rewards, terminations, truncations, infos = self.vector_envs[group].recv()
+        part = self.part(group)
+        self.returns[part] += rewards
+        self.lengths[part] += 1
         # a time limit restarts the game; a termination is a game over unless the lives count dropped (a lost life;
         # a new game can start with fewer lives than a game cut at its time limit had, so truncations count alone)
-        game_over = truncations | (terminations & (infos["lives"] >= self.lives))
-        self.lives, self.serve = infos["lives"], terminations & ~game_over & self.fire
+        game_over = truncations | (terminations & (infos["lives"] >= self.lives[part]))
+        self.lives[part], self.serve[part] = infos["lives"], terminations & ~game_over & self.fire
         if game_over.any():
-            infos["final_info"] = {"episode": {"r": self.returns.copy(), "l": self.lengths.copy()}, "_episode": game_over}
-            self.returns[game_over], self.lengths[game_over] = 0, 0
+            infos["final_info"] = {"episode": {"r": self.returns[part].copy(), "l": self.lengths[part].copy()}, "_episode": game_over}
+            self.returns[part][game_over], self.lengths[part][game_over] = 0, 0
         return obs, np.sign(rewards).astype(np.float64), terminations, truncations, infos
+
+    def step(self, actions: np.ndarray) -> tuple:
+        """Every group: what one AtariVectorEnv of all the envs returns (evaluation, benchmark/raw_env_sps.py)."""
+        for g in range(self.num_groups):
+            self.send(actions[self.part(g)], g)
+        parts = [self.recv(g) for g in range(self.num_groups)]
+        if self.num_groups == 1:
+            return parts[0]
+        infos = {k: np.concatenate([p[4][k] for p in parts]) for k in ("lives", "frame_number", "episode_frame_number")}
+        if any("final_obs" in p[4] for p in parts):
+            infos["final_obs"] = np.concatenate([p[4].get("final_obs", p[0]) for p in parts])
+        if any("final_info" in p[4] for p in parts):
+            none = {"episode": {"r": np.zeros(self.size), "l": np.zeros(self.size, dtype=np.int64)}, "_episode": np.zeros(self.size, bool)}
+            ended = [p[4].get("final_info", none) for p in parts]
+            infos["final_info"] = {"episode": {k: np.concatenate([e["episode"][k] for e in ended]) for k in ("r", "l")}}
+            infos["final_info"]["_episode"] = np.concatenate([e["_episode"] for e in ended])
+        return (*(np.concatenate(x) for x in zip(*(p[:4] for p in parts), strict=True)), infos)
+
+    def close_extras(self, **kwargs):
+        for env in self.vector_envs:
+            env.close()
+
+
+class SyncVectorEnv(gym.vector.SyncVectorEnv):
+    """gymnasium's SyncVectorEnv with NativeAtari's send and recv: one group, stepped when its result is asked for."""
+
+    num_groups = 1
+
+    def send(self, actions: np.ndarray, group: int = 0):
+        self.actions = actions
+
+    def recv(self, group: int = 0) -> tuple:
+        return self.step(self.actions)
 
 
 def make_envs(args: Args, num_envs: int, run_name: str, rank: int) -> gym.vector.VectorEnv:
@@ -240,9 +300,10 @@ def make_envs(args: Args, num_envs: int, run_name: str, rank: int) -> gym.vector
     if args.native_envs and args.capture_video and args.eval_checkpoint is None and rank == 0:
         print("notice: --capture-video records colour frames through gymnasium's wrappers: the native vector env is not used")
     if args.native_envs and not args.capture_video and args.eval_checkpoint is None:  # evaluation: the reference path
-        return NativeAtari(args.env_id, num_envs, args.env_threads)
+        groups = args.env_groups or (2 if args.cuda and torch.cuda.is_available() else 1)  # a GPU's policy lets the cores step
+        return NativeAtari(args.env_id, num_envs, args.env_threads, groups)
     thunks = [make_env(args.env_id, i, args.capture_video and rank == 0, run_name) for i in range(num_envs)]
-    return gym.vector.SyncVectorEnv(thunks, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    return SyncVectorEnv(thunks, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
 
 
 def check_env(args: Args):
@@ -261,6 +322,16 @@ def check_env(args: Args):
         fail(
             f"ale-py's native vector env cannot play {env_id} (random frame skip or game mode); use a NoFrameskip-v4 or v5 id, or --no-native-envs"
         )
+    if args.env_groups < 0 or (args.env_groups > 1 and not native):
+        fail(
+            f"--env-groups {args.env_groups}: groups are of the native envs, 0 (automatic) or more; drop it or the flag that turns them off"
+        )
+    if args.env_groups and (args.num_envs // int(os.environ.get("WORLD_SIZE", 1))) % args.env_groups:
+        fail(
+            f"--env-groups {args.env_groups} does not divide each process's {args.num_envs // int(os.environ.get('WORLD_SIZE', 1))} envs; pick a divisor"
+        )
+    if args.cuda_graphs and (args.target_kl is not None or int(os.environ.get("WORLD_SIZE", 1)) > 1):
+        fail("--cuda-graphs records the whole minibatch step: it cannot stop at --target-kl or average over torchrun's processes; drop one")
 
 
 def layer_init(layer: nn.Linear, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Linear:
@@ -324,6 +395,86 @@ def policy_loss(advantages: torch.Tensor, ratio: torch.Tensor, clip_coef: float)
     return torch.max(pg_loss1, pg_loss2).mean()
 
 
+STATS = ("policy_loss", "value_loss", "entropy", "old_approx_kl", "approx_kl", "clipfrac", "loss", "grad_norm")
+
+
+def update_minibatch(args: Args, agent: Agent, optimizer, minibatch: tuple) -> Optional[torch.Tensor]:
+    """One gradient step on minibatch = (obs, logprobs, actions, advantages, returns, values), the rows mb_inds of the
+    b_* tensors: the clipped surrogate, the clipped value loss and the entropy bonus. Returns the step's statistics
+    (STATS, in that order) in one tensor, or None, without a step, where the approximate KL has passed args.target_kl.
+    A function (the other scripts have it inline in __main__) so that --cuda-graphs can record it."""
+    mb_obs, mb_logprobs, mb_actions, mb_advantages, mb_returns, mb_values = minibatch
+    _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb_obs, mb_actions)
+    logratio = newlogprob - mb_logprobs
+    ratio = logratio.exp()
+
+    with torch.no_grad():
+        # http://joschu.net/blog/kl-approx.html
+        old_approx_kl, approx_kl = all_mean(torch.stack(((-logratio).mean(), ((ratio - 1) - logratio).mean())))
+        clipfrac = ((ratio - 1.0).abs() > args.clip_coef).float().mean()
+    if args.target_kl is not None and approx_kl > args.target_kl:
+        return None  # no further minibatch or epoch
+
+    if args.norm_adv:  # by the statistics of the whole minibatch, every process's share of it
+        mb_mean, mb_std = whole_mean_std(mb_advantages)
+        mb_advantages = (mb_advantages - mb_mean) / (mb_std + 1e-8)
+
+    pg_loss = policy_loss(mb_advantages, ratio, args.clip_coef)
+
+    # Value loss
+    if args.clip_vloss:
+        v_loss_unclipped = (newvalue - mb_returns) ** 2
+        v_clipped = mb_values + torch.clamp(newvalue - mb_values, -args.clip_coef, args.clip_coef)
+        v_loss_clipped = (v_clipped - mb_returns) ** 2
+        v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
+    else:
+        v_loss = 0.5 * ((newvalue - mb_returns) ** 2).mean()
+
+    entropy_loss = entropy.mean()
+    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+
+    optimizer.zero_grad()
+    loss.backward()
+    average_gradients(agent)
+    grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+    optimizer.step()
+    return torch.stack((pg_loss, v_loss, entropy_loss, old_approx_kl, approx_kl, clipfrac, loss, grad_norm)).detach()
+
+
+class CudaGraph:
+    """fn(*args) recorded once in a CUDA graph and replayed: one launch instead of one per kernel. The first `warmup`
+    calls run as they are (on a side stream, as CUDA graphs need); the next one records it on copies of its tensor
+    arguments (tuples of tensors too), and every call copies its own into those before the replay. The outputs are the
+    recorded ones, overwritten by the next call."""
+
+    def __init__(self, fn, warmup: int = 3):
+        self.fn, self.warmup, self.graph = fn, warmup, None
+
+    @staticmethod
+    def tensors(args) -> list:
+        return [x for a in args for x in (a if isinstance(a, tuple) else (a,)) if isinstance(x, torch.Tensor)]
+
+    def __call__(self, *args):
+        if self.graph is None and self.warmup > 0:
+            self.warmup -= 1
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                out = self.fn(*args)
+            torch.cuda.current_stream().wait_stream(stream)
+            return out
+        if self.graph is None:
+            copy = lambda a: a.clone() if isinstance(a, torch.Tensor) else a  # noqa: E731
+            static = [tuple(map(copy, a)) if isinstance(a, tuple) else copy(a) for a in args]
+            self.graph, self.inputs = torch.cuda.CUDAGraph(), self.tensors(static)
+            with torch.cuda.graph(self.graph):
+                self.outputs = self.fn(*static)
+        for mine, given in zip(self.inputs, self.tensors(args), strict=True):
+            mine.copy_(given)
+        self.graph.replay()
+        return self.outputs
+
+
 def eval_action(agent: Agent, x: torch.Tensor, done: torch.Tensor, greedy: bool, memory=None) -> tuple:
     """The action an evaluation plays, the most likely one (greedy) or a sample, and what the policy remembers for the
     next step (ppo_rnn.py: the LSTM state, reset where done = 1; None for a memoryless policy)."""
@@ -340,7 +491,7 @@ CHECKPOINT_FORMAT = 2  # raised whenever what a checkpoint holds changes; anothe
 # the Args fields a resumed run may change (how it runs and is recorded); every other field must equal the checkpoint's
 MAY_CHANGE_ON_RESUME = (
     *("exp_name", "seed", "torch_deterministic", "cuda", "track", "wandb_project_name", "wandb_entity", "capture_video"),
-    *("save_model", "save_every", "resume", "eval_checkpoint", "eval_episodes", "eval_greedy", "env_threads"),
+    *("save_model", "save_every", "resume", "eval_checkpoint", "eval_episodes", "eval_greedy", "env_threads", "env_groups"),
     *("batch_size", "minibatch_size", "num_iterations"),
 )
 
@@ -437,9 +588,13 @@ def load_checkpoint(path: str, args: Args) -> dict:
     return ckpt
 
 
-def moved(carry: tuple, device: torch.device) -> tuple:
-    """Copies of carry's tensors (nested in tuples) on device."""
-    return tuple(moved(x, device) if isinstance(x, tuple) else x.to(device, copy=True) for x in carry)
+def moved(carry: tuple, to) -> tuple:
+    """Copies of carry's tensors (nested in tuples) on the device `to`, or each on the device of its counterpart in `to`,
+    a carry of the same shape (ppo_atari.py keeps next_done on the host)."""
+    return tuple(
+        moved(x, y) if isinstance(x, tuple) else x.to(getattr(y, "device", y), copy=True)
+        for x, y in zip(carry, to if isinstance(to, tuple) else [to] * len(carry), strict=True)
+    )
 
 
 def make_checkpoint(args: Args, agent, optimizer, envs, global_step: int, iteration: int, carry: tuple) -> dict:
@@ -483,7 +638,7 @@ def restore(args: Args, ckpt: Optional[dict], rank: int, agent, optimizer, envs,
     optimizer.load_state_dict(ckpt["optimizer"])
     if own["envs"] is not None:
         envs.envs[:] = pickle.loads(own["envs"])
-        carry = moved(own["carry"], carry[0].device)
+        carry = moved(own["carry"], carry)
     elif rank == 0:
         print("notice: the checkpoint holds no env state (native envs and video recorders do not pickle); new episodes start here")
     if own["normalization"] is not None:
@@ -750,7 +905,13 @@ if __name__ == "__main__":
     # AGENT AND OPTIMIZER
     agent = Agent(envs).to(device)
     broadcast_parameters(agent)
-    optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, foreach=True)
+    graphs = args.cuda_graphs and device.type == "cuda"  # the recorded steps need Adam on the GPU, its learning rate there
+    if args.cuda_graphs and not graphs and rank == 0:
+        print("notice: --cuda-graphs needs CUDA; on CPU the policy and the update run as they are")
+    lr = torch.tensor(args.learning_rate, device=device) if graphs else args.learning_rate
+    optimizer = optim.Adam(agent.parameters(), lr=lr, eps=1e-5, **(dict(fused=True, capturable=True) if graphs else dict(foreach=True)))
+    policy = CudaGraph(agent.get_action_and_value) if graphs else agent.get_action_and_value  # the rollout's forward
+    update_step = CudaGraph(update_minibatch) if graphs else update_minibatch
 
     # STORAGE
     # dones[t] = 1 where obs[t] is the first observation of a new episode (the previous step ended one);
@@ -761,14 +922,17 @@ if __name__ == "__main__":
     )  # (num_steps, num_envs, 4, 84, 84)
     actions = torch.zeros(storage_shape + envs.single_action_space.shape, dtype=torch.long, device=device)  # (num_steps, num_envs)
     logprobs = torch.zeros(storage_shape, device=device)  # (num_steps, num_envs)
-    rewards = torch.zeros(storage_shape, device=device)  # (num_steps, num_envs)
-    dones = torch.zeros(storage_shape, device=device)  # (num_steps, num_envs)
+    # rewards and dones stay on the host (pinned on CUDA) until GAE: a step copies only the observation to the device
+    rewards = torch.zeros(storage_shape, pin_memory=device.type == "cuda")  # (num_steps, num_envs)
+    dones = torch.zeros(storage_shape, pin_memory=device.type == "cuda")  # (num_steps, num_envs)
     values = torch.zeros(storage_shape, device=device)  # (num_steps, num_envs)
+    host_obs = torch.zeros(obs.shape[1:], dtype=torch.uint8, pin_memory=device.type == "cuda").numpy()  # what the envs return
+    groups = [slice(g * num_envs // envs.num_groups, (g + 1) * num_envs // envs.num_groups) for g in range(envs.num_groups)]
 
     next_obs_np, _ = envs.reset(seed=args.seed + rank * num_envs)  # env seeds: the same set as a plain run's
     envs.action_space.seed(args.seed + rank)
     next_obs = torch.as_tensor(next_obs_np, dtype=obs.dtype, device=device)  # (num_envs, *obs_shape)
-    next_done = torch.zeros(num_envs, device=device)  # (num_envs,)
+    next_done = torch.zeros(num_envs)  # (num_envs,), on the host
     # --resume: the checkpoint's agent, optimizer, counters, RNGs and envs mid-episode replace the fresh ones
     global_step, start_iteration, (next_obs, next_done) = restore(args, ckpt, rank, agent, optimizer, envs, (next_obs, next_done))
     recent_returns = deque(maxlen=100)
@@ -786,40 +950,51 @@ if __name__ == "__main__":
             # LEARNING-RATE ANNEALING
             if args.anneal_lr:
                 frac = 1.0 - (iteration - 1.0) / args.num_iterations
-                optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+                if graphs:  # the recorded step reads the learning rate where it is
+                    optimizer.param_groups[0]["lr"].fill_(frac * args.learning_rate)
+                else:
+                    optimizer.param_groups[0]["lr"] = frac * args.learning_rate
 
             # ROLLOUT
-            for step in range(0, args.num_steps):
-                global_step += args.num_envs
-                obs[step] = next_obs
-                dones[step] = next_done
-                with torch.inference_mode():
-                    action, logprob, _, value = agent.get_action_and_value(next_obs)
-                values[step] = value
-                actions[step] = action
-                logprobs[step] = logprob
+            # the envs step in groups (two with the native envs on a GPU): while one group steps, the policy acts for the
+            # next. A group's step comes back (recv) before the policy acts on what it returned: every row is on-policy
+            for step in range(0, args.num_steps + 1):  # the last pass only collects each group's last step
+                global_step += args.num_envs if step > 0 else 0  # the transitions of step - 1, collected in this pass
+                for g, part in enumerate(groups):
+                    if step > 0:
+                        next_obs_np, reward, terminations, truncations, infos = envs.recv(g)
+                        if args.bootstrap_truncation and "final_obs" in infos:
+                            # a time limit is not the end of the MDP: r + gamma * V(final_obs) (terminations get no bootstrap)
+                            trunc = np.flatnonzero(truncations & ~terminations)
+                            if len(trunc):
+                                final_obs = torch.as_tensor(np.stack(infos["final_obs"][trunc]), dtype=obs.dtype, device=device)
+                                with torch.inference_mode():
+                                    reward[trunc] += args.gamma * agent.get_value(final_obs).cpu().numpy()
+                        rewards[step - 1, part] = torch.as_tensor(reward)
+                        next_done[part] = torch.as_tensor(terminations | truncations)
+                        host_obs[part] = next_obs_np  # pinned on CUDA (numpy's copy: torch's threads stay asleep)
+                        next_obs[part] = torch.from_numpy(host_obs[part]).to(device, non_blocking=True)  # the step's one copy
 
-                next_obs_np, reward, terminations, truncations, infos = envs.step(action.cpu().numpy())
-                if args.bootstrap_truncation and "final_obs" in infos:
-                    # a time limit is not the end of the MDP: r + gamma * V(final_obs) (terminations get no bootstrap)
-                    trunc = np.flatnonzero(truncations & ~terminations)
-                    if len(trunc):
-                        final_obs = torch.as_tensor(np.stack(infos["final_obs"][trunc]), dtype=obs.dtype, device=device)
-                        with torch.inference_mode():
-                            reward[trunc] += args.gamma * agent.get_value(final_obs).cpu().numpy()
-                rewards[step] = torch.as_tensor(reward, device=device)
-                next_obs = torch.as_tensor(next_obs_np, dtype=obs.dtype, device=device)
-                next_done = torch.as_tensor(terminations | truncations, dtype=torch.float32, device=device)
-
-                if "final_info" in infos and "episode" in infos["final_info"]:
-                    episodes = infos["final_info"]["episode"]
-                    for i in np.flatnonzero(infos["final_info"]["_episode"]):
-                        finished.append((global_step, float(episodes["r"][i]), int(episodes["l"][i])))
+                        if "final_info" in infos and "episode" in infos["final_info"]:
+                            episodes = infos["final_info"]["episode"]
+                            for i in np.flatnonzero(infos["final_info"]["_episode"]):
+                                finished.append((global_step, float(episodes["r"][i]), int(episodes["l"][i])))
+                    if step == args.num_steps:
+                        continue
+                    obs[step, part] = next_obs[part]
+                    dones[step, part] = next_done[part]
+                    with torch.inference_mode():
+                        action, logprob, _, value = policy(next_obs[part])
+                    values[step, part] = value
+                    actions[step, part] = action
+                    logprobs[step, part] = logprob
+                    envs.send(action.cpu().numpy(), g)
 
             # ADVANTAGES
             with torch.inference_mode():
                 next_value = agent.get_value(next_obs)
-            advantages, returns = compute_gae(rewards, values, dones, next_value, next_done, args.gamma, args.gae_lambda)
+            gae_inputs = (rewards.to(device), values, dones.to(device), next_value, next_done.to(device))  # rewards, dones: host
+            advantages, returns = compute_gae(*gae_inputs, args.gamma, args.gae_lambda)
 
             # FLATTEN
             b_obs = obs.reshape((-1,) + envs.single_observation_space.shape)  # (batch, *obs_shape)
@@ -830,60 +1005,28 @@ if __name__ == "__main__":
             b_values = values.reshape(-1)  # (batch,)
 
             # UPDATE
+            batch = (b_obs, b_logprobs, b_actions, b_advantages, b_returns, b_values)
             b_inds = np.arange(batch_size)
-            totals, num_updates = {}, 0  # sums of the update's statistics over its minibatch steps
+            totals, num_updates = torch.zeros(len(STATS), device=device), 0  # sums of the update's statistics (STATS)
             kl_stop = False
             for _epoch in range(args.update_epochs):
                 np.random.shuffle(b_inds)
+                epoch_inds = torch.tensor(b_inds, device=device)
                 for start in range(0, batch_size, minibatch_size):
-                    mb_inds = b_inds[start : start + minibatch_size]
-
-                    _, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[mb_inds], b_actions[mb_inds])
-                    assert newlogprob.shape == newvalue.shape == (minibatch_size,)
-                    logratio = newlogprob - b_logprobs[mb_inds]
-                    ratio = logratio.exp()
-
-                    with torch.no_grad():
-                        # http://joschu.net/blog/kl-approx.html
-                        old_approx_kl, approx_kl = all_mean(torch.stack(((-logratio).mean(), ((ratio - 1) - logratio).mean())))
-                        clipfrac = ((ratio - 1.0).abs() > args.clip_coef).float().mean()
-                    if args.target_kl is not None and approx_kl > args.target_kl:
-                        kl_stop = True  # no further minibatch or epoch
+                    mb_inds = epoch_inds[start : start + minibatch_size]
+                    minibatch_stats = update_step(args, agent, optimizer, tuple(b[mb_inds] for b in batch))
+                    if minibatch_stats is None:
+                        kl_stop = True  # approx KL past --target-kl: no further minibatch or epoch
                         break
-
-                    mb_advantages = b_advantages[mb_inds]
-                    if args.norm_adv:  # by the statistics of the whole minibatch, every process's share of it
-                        mb_mean, mb_std = whole_mean_std(mb_advantages)
-                        mb_advantages = (mb_advantages - mb_mean) / (mb_std + 1e-8)
-
-                    pg_loss = policy_loss(mb_advantages, ratio, args.clip_coef)
-
-                    # Value loss
-                    if args.clip_vloss:
-                        v_loss_unclipped = (newvalue - b_returns[mb_inds]) ** 2
-                        v_clipped = b_values[mb_inds] + torch.clamp(newvalue - b_values[mb_inds], -args.clip_coef, args.clip_coef)
-                        v_loss_clipped = (v_clipped - b_returns[mb_inds]) ** 2
-                        v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
-                    else:
-                        v_loss = 0.5 * ((newvalue - b_returns[mb_inds]) ** 2).mean()
-
-                    entropy_loss = entropy.mean()
-                    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
-
-                    optimizer.zero_grad()
-                    loss.backward()
-                    average_gradients(agent)
-                    grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
-                    optimizer.step()
-                    minibatch_stats = dict(policy_loss=pg_loss, value_loss=v_loss, entropy=entropy_loss, old_approx_kl=old_approx_kl)
-                    minibatch_stats.update(approx_kl=approx_kl, clipfrac=clipfrac, loss=loss, grad_norm=grad_norm)
-                    totals = {name: totals.get(name, 0) + value.detach() for name, value in minibatch_stats.items()}
+                    totals += minibatch_stats
                     num_updates += 1
                 if kl_stop:
                     break
 
             # LOGGING
-            stats = update_means(totals, num_updates)  # means over the update and every process
+            stats = update_means(
+                dict(zip(STATS, totals, strict=True)) if num_updates else {}, num_updates
+            )  # means over the update and every process
             if not (np.isfinite(stats["loss"]) and np.isfinite(stats["grad_norm"])):
                 nan_message = (
                     f"the loss became {stats['loss']} (gradient norm {stats['grad_norm']}) at iteration {iteration}; training stopped"

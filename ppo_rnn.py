@@ -296,7 +296,7 @@ CHECKPOINT_FORMAT = 2  # raised whenever what a checkpoint holds changes; anothe
 # the Args fields a resumed run may change (how it runs and is recorded); every other field must equal the checkpoint's
 MAY_CHANGE_ON_RESUME = (
     *("exp_name", "seed", "torch_deterministic", "cuda", "track", "wandb_project_name", "wandb_entity", "capture_video"),
-    *("save_model", "save_every", "resume", "eval_checkpoint", "eval_episodes", "eval_greedy", "env_threads"),
+    *("save_model", "save_every", "resume", "eval_checkpoint", "eval_episodes", "eval_greedy", "env_threads", "env_groups"),
     *("batch_size", "minibatch_size", "num_iterations"),
 )
 
@@ -393,9 +393,13 @@ def load_checkpoint(path: str, args: Args) -> dict:
     return ckpt
 
 
-def moved(carry: tuple, device: torch.device) -> tuple:
-    """Copies of carry's tensors (nested in tuples) on device."""
-    return tuple(moved(x, device) if isinstance(x, tuple) else x.to(device, copy=True) for x in carry)
+def moved(carry: tuple, to) -> tuple:
+    """Copies of carry's tensors (nested in tuples) on the device `to`, or each on the device of its counterpart in `to`,
+    a carry of the same shape (ppo_atari.py keeps next_done on the host)."""
+    return tuple(
+        moved(x, y) if isinstance(x, tuple) else x.to(getattr(y, "device", y), copy=True)
+        for x, y in zip(carry, to if isinstance(to, tuple) else [to] * len(carry), strict=True)
+    )
 
 
 def make_checkpoint(args: Args, agent, optimizer, envs, global_step: int, iteration: int, carry: tuple) -> dict:
@@ -439,7 +443,7 @@ def restore(args: Args, ckpt: Optional[dict], rank: int, agent, optimizer, envs,
     optimizer.load_state_dict(ckpt["optimizer"])
     if own["envs"] is not None:
         envs.envs[:] = pickle.loads(own["envs"])
-        carry = moved(own["carry"], carry[0].device)
+        carry = moved(own["carry"], carry)
     elif rank == 0:
         print("notice: the checkpoint holds no env state (native envs and video recorders do not pickle); new episodes start here")
     if own["normalization"] is not None:

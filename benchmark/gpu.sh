@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The GPU machine's jobs (one H100, 16 slow cores). Run from the repo root there, with the wheels of
 # `bash benchmark/fetch_gpu_wheels.sh` (plus the test suite's: docs/exactness.md) carried in .whl/.
-#   bash benchmark/gpu.sh speed            # raw env throughput and ppo_atari.py --cuda SPS, both settings
+#   bash benchmark/gpu.sh speed            # per setting: the raw native env, ppo_atari.py --cuda's SPS and their ratio (table in $OUT)
 #   bash benchmark/gpu.sh phases           # where an iteration's time goes (benchmark/phases.py), both settings, with and without --sync
 #   bash benchmark/gpu.sh start [args]     # the 10M Breakout run in the background (detached), throughput settings
+# SCRIPT (default ppo_atari.py) picks the script that speed and phases run, FAST (default --cuda-graphs) the flags they add.
 #   bash benchmark/gpu.sh suite [pytest args]  # the test suite, CUDA section included (log: /tmp/gpu_runs/suite.log)
 #   bash benchmark/gpu.sh collect          # the logs and the background run's TensorBoard events into $OUT
 # Logs go to $OUT (the device tool brings them back) and to /tmp/gpu_runs (kept while the machine stays warm).
@@ -16,18 +17,34 @@ export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 WANDB_
 OUT=${OUT:-/tmp/gpu_out}
 mkdir -p "$OUT" /tmp/gpu_runs
 THROUGHPUT=(--num-envs 128 --num-steps 32 --num-minibatches 16)  # the throughput settings (docs/atari.md)
+SCRIPT=${SCRIPT:-ppo_atari.py}
+read -r -a FAST <<<"${FAST---cuda-graphs}"
 case "${1:-}" in
 speed)
+  # each setting: the raw native env (one AtariVectorEnv of all the envs, one thread per core up to one per env, random
+  # actions) and the script's SPS over a whole run, one after the other on this otherwise idle machine
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   python3 -c "import torch, os; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'cores', len(os.sched_getaffinity(0)))"
-  CUDA=1 bash benchmark/speed.sh BreakoutNoFrameskip-v4 ppo_atari.py 51200 1000
-  CUDA=1 PATHS=native NATIVE_ONLY=1 bash benchmark/speed.sh BreakoutNoFrameskip-v4 ppo_atari.py 307200 200 "${THROUGHPUT[@]}"
+  table="$OUT/speed_$(basename "$SCRIPT" .py).md"
+  printf '| setting | envs | raw env steps/s | %s %s SPS | ratio |\n|---|---|---|---|---|\n' "$SCRIPT" "${FAST[*]}" >"$table"
+  for setting in default throughput; do
+    if [ "$setting" = default ]; then flags=(); envs=8 raw_steps=3000 steps=${STEPS_DEFAULT:-204800}; else flags=("${THROUGHPUT[@]}"); envs=128 raw_steps=600 steps=${STEPS_THROUGHPUT:-491520}; fi
+    raw=$(NATIVE_ONLY=1 python3 benchmark/raw_env_sps.py ppo_atari.py BreakoutNoFrameskip-v4 "$envs" "$raw_steps" | tail -n 1)
+    echo "$raw"
+    raw=$(sed -E 's/.*: ([0-9]+) steps\/s/\1/' <<<"$raw")
+    (cd /tmp/gpu_runs && python3 "$OLDPWD/$SCRIPT" --cuda "${FAST[@]}" "${flags[@]}" --total-timesteps "$steps") >"/tmp/gpu_runs/speed_$setting.log" 2>&1
+    tail -n 1 "/tmp/gpu_runs/speed_$setting.log"
+    sps=$(tail -n 1 "/tmp/gpu_runs/speed_$setting.log" | sed -E 's/.* SPS ([0-9]+) .*/\1/')
+    echo "| $setting, $steps steps | $envs | $raw | $sps | $(python3 -c "print(f'{$sps / $raw:.2f}')") |" >>"$table"
+  done
+  cat "$table"
   ;;
 phases)
-  # default settings for 51,200 steps, throughput settings for 122,880 (30 iterations each); tables into $OUT
+  # default settings for 30 iterations (30,720 steps), throughput settings for 30 (122,880); tables into $OUT
+  name=$(basename "$SCRIPT" .py)
   for sync in "" --sync; do
-    python3 benchmark/phases.py $sync --out "$OUT/phases_default${sync:+_sync}.md" ppo_atari.py --cuda --total-timesteps 51200 | tail -n 30
-    python3 benchmark/phases.py $sync --out "$OUT/phases_throughput${sync:+_sync}.md" ppo_atari.py --cuda "${THROUGHPUT[@]}" --total-timesteps 122880 | tail -n 30
+    python3 benchmark/phases.py $sync --out "$OUT/phases_${name}_default${sync:+_sync}.md" "$SCRIPT" --cuda "${FAST[@]}" --total-timesteps 30720 | tail -n 30
+    python3 benchmark/phases.py $sync --out "$OUT/phases_${name}_throughput${sync:+_sync}.md" "$SCRIPT" --cuda "${FAST[@]}" "${THROUGHPUT[@]}" --total-timesteps 122880 | tail -n 30
   done
   ;;
 start)

@@ -11,7 +11,7 @@ import gymnasium as gym
 import torch
 import torch.multiprocessing as mp
 
-from tests.helpers import STEP_CLASS, run
+from tests.helpers import STEP_CLASS, STEP_METHOD, run
 
 
 def free_port() -> int:
@@ -49,18 +49,19 @@ def _worker(rank: int, world_size: int, port: int, script: str, argvs: list, cwd
         MASTER_PORT=str(port),
     )
     episodes = []  # every episode this process's envs finished: (return, length)
-    step_class = STEP_CLASS[script] if "--no-native-envs" not in argvs[rank] else gym.vector.SyncVectorEnv
-    original_step = step_class.step
+    native = "--no-native-envs" not in argvs[rank]
+    step_class, method = (STEP_CLASS[script], STEP_METHOD[script]) if native else (gym.vector.SyncVectorEnv, "step")
+    original_step = getattr(step_class, method)
 
-    def recording_step(self, actions):
-        result = original_step(self, actions)
+    def recording_step(self, *args):
+        result = original_step(self, *args)
         info = result[4].get("final_info", {})
         if "episode" in info:
             for i in info["_episode"].nonzero()[0]:
                 episodes.append((float(info["episode"]["r"][i]), int(info["episode"]["l"][i])))
         return result
 
-    step_class.step = recording_step
+    setattr(step_class, method, recording_step)
     grads = {}
     if "adam_step" in stop:  # the first optimizer step: keep the averaged, clipped gradients it would apply
         _patch(
@@ -70,7 +71,7 @@ def _worker(rank: int, world_size: int, port: int, script: str, argvs: list, cwd
             lambda opt: grads.update(enumerate(p.grad.clone() for p in opt.param_groups[0]["params"])),
         )
     if "env_step" in stop:
-        _patch(step_class, "step", stop["env_step"])
+        _patch(step_class, method, stop["env_step"])
     groups = []  # the default process group the script creates
     original_init = torch.distributed.init_process_group
 

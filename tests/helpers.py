@@ -33,8 +33,9 @@ OTHER_ENV = {
     "ppo_atari.py": "PongNoFrameskip-v4",
 }
 
-# the vector env class whose step() a script calls (ppo_atari.py steps ale-py's native one by default)
+# the vector env class and method a script's rollout calls once a step (ppo_atari.py: ale-py's native env, its recv)
 STEP_CLASS = {s: AtariVectorEnv if s == "ppo_atari.py" else SyncVectorEnv for s in SCRIPTS}
+STEP_METHOD = {s: "recv" if s == "ppo_atari.py" else "step" for s in SCRIPTS}
 # flags that make a script's envs pickle with their state, for exact resume
 EXACT_RESUME = {s: ["--no-native-envs"] if s == "ppo_atari.py" else [] for s in SCRIPTS}
 
@@ -115,6 +116,16 @@ def same_params(a, b) -> bool:
 def checkpoint_path(cwd) -> Path:
     (path,) = list(Path(cwd).glob("runs/*/*.pt"))
     return path
+
+
+def minibatch_ratio(g: dict) -> tuple:
+    """(new log-probs, ratio) of the minibatch step a run stopped in: the update's own where it runs inline in __main__,
+    recomputed from the unchanged agent where the step is a function (ppo_atari.py's update_minibatch)."""
+    if "newlogprob" in g:
+        return g["newlogprob"].detach(), g["ratio"].detach()
+    with torch.no_grad():
+        _, newlogprob, _, _ = g["agent"].get_action_and_value(g["b_obs"][g["mb_inds"]], g["b_actions"][g["mb_inds"]])
+    return newlogprob, (newlogprob - g["b_logprobs"][g["mb_inds"]]).exp()
 
 
 def interrupt_at_call(monkeypatch, cls, name, call_number):

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 from ale_py.vector_env import AtariVectorEnv
+from torch.utils.tensorboard import SummaryWriter
 
 import tests.envs  # noqa: F401  (registers the short games the native tests play)
 from tests.helpers import TINY, checkpoint_path, error_of, interrupt_at_call, load, run
@@ -227,14 +228,15 @@ def test_native_rewards_are_clipped_for_learning_and_the_logged_return_is_the_sc
     """Space Invaders pays 5 to 30 points an alien: learning sees the sign, the log sees the points of
     every life of the game, and the game's length in agent steps."""
     envs = native("SpaceInvadersNoFrameskip-v4", 2)
-    raw, original = [], envs.env.step
+    raw, (env,) = [], envs.vector_envs
+    original = env.recv
 
-    def step(actions):
-        out = original(actions)
+    def recv():
+        out = original()
         raw.append(out[1].copy())
         return out
 
-    envs.env.step = step
+    env.recv = recv
     envs.reset(seed=0)
     rng, start, games = np.random.default_rng(0), np.zeros(2, dtype=int), 0
     while games < 3:
@@ -360,7 +362,7 @@ def test_native_resume_restores_the_run_and_starts_new_games(tmp_path, monkeypat
     and --resume continues them with new games, saying so."""
     argv = [*TINY, "--total-timesteps", "320", "--save-model"]  # 10 iterations of 2 envs x 16 steps
     with monkeypatch.context() as m:
-        interrupt_at_call(m, AtariVectorEnv, "step", 5 * 16 + 7)
+        interrupt_at_call(m, AtariVectorEnv, "recv", 5 * 16 + 7)
         run(SCRIPT, *argv, cwd=tmp_path / "a")
     path = checkpoint_path(tmp_path / "a")
     ckpt = torch.load(path, weights_only=False)
@@ -377,3 +379,38 @@ def test_native_resume_restores_the_run_and_starts_new_games(tmp_path, monkeypat
     assert all(torch.equal(state[k]["exp_avg"], v["exp_avg"]) for k, v in ckpt["optimizer"]["state"].items())
     resumed = run(SCRIPT, *argv, "--resume", str(path), cwd=tmp_path / "c")
     assert resumed["global_step"] == 320 and type(resumed["envs"]).__name__ == "NativeAtari"
+
+
+def test_native_env_groups_store_the_transitions_of_one_group(tmp_path, monkeypatch):
+    """--env-groups 2 (the GPU's default) steps envs 0-3 while the policy acts for envs 4-7 and back: for the same seeds
+    and actions (drawn from one table, row by row, in place of the policy's samples), the rollout stores what the one-
+    group rollout stores, on Breakout with lost lives, serves and whole games in it: observations, actions, rewards,
+    dones, the observation after the rollout and every logged game, exactly; values and log-probabilities, computed
+    on batches of 4 instead of 8, to float32 rounding."""
+    table = np.random.default_rng(0).integers(4, size=8 * 400)
+
+    def collect(groups: str) -> dict:
+        rows, logged = [0], []
+
+        def sample(self, sample_shape=torch.Size()):  # the next rows of the table, in the order of the envs
+            n = self.logits.shape[0]
+            rows[0] += n
+            return torch.as_tensor(table[rows[0] - n : rows[0]])
+
+        with monkeypatch.context() as m:
+            m.setattr(torch.distributions.Categorical, "sample", sample)
+            m.setattr(SummaryWriter, "add_scalar", lambda self, tag, *a, **k: logged.append((tag, *a)))
+            interrupt_at_call(m, torch.optim.Adam, "step", 1)  # the first rollout, then stop
+            argv = ["--num-envs", "8", "--num-steps", "400", "--num-minibatches", "4", "--total-timesteps", "3200"]
+            g = run(SCRIPT, *argv, "--env-groups", groups, cwd=tmp_path / groups)
+        assert g["envs"].num_groups == int(groups) and rows[0] == 8 * 400
+        return {**{k: g[k] for k in ("obs", "actions", "rewards", "dones", "next_obs", "next_done", "values", "logprobs")}, "games": logged}
+
+    one, two = collect("1"), collect("2")
+    for name in ("obs", "actions", "rewards", "dones", "next_obs", "next_done"):
+        assert torch.equal(one[name], two[name]), name
+    torch.testing.assert_close(one["values"], two["values"], rtol=0, atol=1e-5)
+    torch.testing.assert_close(one["logprobs"], two["logprobs"], rtol=0, atol=1e-5)
+    games = [entry for entry in one["games"] if entry[0] == "charts/episodic_return"]
+    assert one["games"] == two["games"] and len(games) >= 4  # whole games logged, the same ones at the same steps
+    assert one["dones"].sum() > len(games)  # lost lives end episodes inside games (each followed by a serve)
