@@ -973,7 +973,7 @@ if __name__ == "__main__":
                         rewards[step - 1, part] = torch.as_tensor(reward)
                         next_done[part] = torch.as_tensor(terminations | truncations)
                         host_obs[part] = next_obs_np  # pinned on CUDA (numpy's copy: torch's threads stay asleep)
-                        next_obs[part] = torch.from_numpy(host_obs[part]).to(device, non_blocking=True)  # the step's one copy
+                        next_obs[part].copy_(torch.from_numpy(host_obs[part]), non_blocking=True)  # the step's one copy
 
                         if "final_info" in infos and "episode" in infos["final_info"]:
                             episodes = infos["final_info"]["episode"]
