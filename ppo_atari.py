@@ -197,7 +197,7 @@ class NativeAtari(gym.vector.VectorEnv):
 
     The envs come in `groups` equal parts (envs 0..k-1, k..2k-1, ...), each an AtariVectorEnv with its own threads:
     send(actions, g) starts group g's step and recv(g) waits for it, so that one group steps while the policy acts
-    for another. Each env plays as it would in one group of all the envs (same seed, same games); step() steps all."""
+    for another. Each env plays as it would in one group of all the envs (same seed, same games)."""
 
     def __init__(self, env_id: str, num_envs: int, num_threads: int, groups: int = 1, **settings):
         spec = gym.spec(env_id.split(":")[-1]).kwargs  # "module:Game-v4" ids: gym.make imported the module
@@ -261,21 +261,11 @@ class NativeAtari(gym.vector.VectorEnv):
         return obs, np.sign(rewards).astype(np.float64), terminations, truncations, infos
 
     def step(self, actions: np.ndarray) -> tuple:
-        """Every group: what one AtariVectorEnv of all the envs returns (evaluation, benchmark/raw_env_sps.py)."""
-        for g in range(self.num_groups):
-            self.send(actions[self.part(g)], g)
-        parts = [self.recv(g) for g in range(self.num_groups)]
-        if self.num_groups == 1:
-            return parts[0]
-        infos = {k: np.concatenate([p[4][k] for p in parts]) for k in ("lives", "frame_number", "episode_frame_number")}
-        if any("final_obs" in p[4] for p in parts):
-            infos["final_obs"] = np.concatenate([p[4].get("final_obs", p[0]) for p in parts])
-        if any("final_info" in p[4] for p in parts):
-            none = {"episode": {"r": np.zeros(self.size), "l": np.zeros(self.size, dtype=np.int64)}, "_episode": np.zeros(self.size, bool)}
-            ended = [p[4].get("final_info", none) for p in parts]
-            infos["final_info"] = {"episode": {k: np.concatenate([e["episode"][k] for e in ended]) for k in ("r", "l")}}
-            infos["final_info"]["_episode"] = np.concatenate([e["_episode"] for e in ended])
-        return (*(np.concatenate(x) for x in zip(*(p[:4] for p in parts), strict=True)), infos)
+        """send and recv of the one group (the tests, benchmark/raw_env_sps.py); with groups, the rollout takes them in turns."""
+        if self.num_groups != 1:
+            raise ValueError(f"step() plays one group of envs, not {self.num_groups}; send(actions, g) and recv(g) each group")
+        self.send(actions)
+        return self.recv()
 
     def close_extras(self, **kwargs):
         for env in self.vector_envs:
