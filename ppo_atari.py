@@ -316,11 +316,10 @@ def check_env(args: Args):
         fail(
             f"--env-groups {args.env_groups}: groups are of the native envs, 0 (automatic) or more; drop it or the flag that turns them off"
         )
-    if args.env_groups and (args.num_envs // int(os.environ.get("WORLD_SIZE", 1))) % args.env_groups:
-        fail(
-            f"--env-groups {args.env_groups} does not divide each process's {args.num_envs // int(os.environ.get('WORLD_SIZE', 1))} envs; pick a divisor"
-        )
-    if args.cuda_graphs and (args.target_kl is not None or int(os.environ.get("WORLD_SIZE", 1)) > 1):
+    processes = int(os.environ.get("WORLD_SIZE", 1))  # torchrun's
+    if args.env_groups and (args.num_envs // processes) % args.env_groups:
+        fail(f"--env-groups {args.env_groups} does not divide each process's {args.num_envs // processes} envs; pick a divisor")
+    if args.cuda_graphs and (args.target_kl is not None or processes > 1):
         fail("--cuda-graphs records the whole minibatch step: it cannot stop at --target-kl or average over torchrun's processes; drop one")
 
 
