@@ -99,11 +99,11 @@ def test_phases_times_a_cuda_run_with_sync(tmp_path):
     assert re.search(r"^\| ROLLOUT \| [\d.]+ \| [\d.]+% \|$", result.stdout, re.M)
 
 
-def test_cuda_graph_update_step_equals_the_eager_one():
+def test_cuda_graph_update_step_equals_the_eager_one(monkeypatch):
     """ppo_atari.py --cuda-graphs: a recorded and replayed minibatch step computes what the same step run as it is
     computes (the graph removes launches, nothing else): parameters, Adam's state and the statistics, bit for bit."""
     module = load("ppo_atari.py")
-    torch.backends.cudnn.deterministic = True
+    monkeypatch.setattr(torch.backends.cudnn, "deterministic", True)  # as the script sets it, for this test only
     envs = module.NativeAtari("BreakoutNoFrameskip-v4", 1, 1)
     args = module.Args(target_kl=None)
     gen = torch.Generator(device="cuda").manual_seed(0)
