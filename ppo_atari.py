@@ -140,10 +140,7 @@ def make_env(env_id: str, idx: int, capture_video: bool, run_name: str):
             env = gym.make(env_id, obs_type="grayscale")
         # 1-30 no-ops at reset; frames skipped 4 at a time with the max of the last two (v5 ids skip in the emulator); 84x84
         env = gym.wrappers.AtariPreprocessing(env, frame_skip=4 if env.spec.kwargs.get("frameskip") == 1 else 1)
-        env = gym.wrappers.RecordEpisodeStatistics(env)  # below life loss and clipping: the score of a whole game
-        env = EpisodicLife(env)
-        if env.unwrapped.get_action_meanings()[1] == "FIRE":
-            env = FireReset(env)
+        env = EpisodicLife(env)  # lost lives end episodes, the serve after them, whole games logged (below the clipping)
         env = gym.wrappers.TransformReward(env, np.sign)  # learning sees rewards clipped to their sign
         env = gym.wrappers.FrameStackObservation(env, 4)
         return env
@@ -152,18 +149,44 @@ def make_env(env_id: str, idx: int, capture_video: bool, run_name: str):
 
 
 class EpisodicLife(gym.Wrapper):
-    """A lost life ends the episode for learning; the emulator resets only at game over. Pickles the
-    emulator mid-game (ale-py's env pickles only its constructor arguments), for exact resume."""
+    """A lost life ends the episode for learning; the emulator resets only at game over. Steps the agent never sees
+    start each life: a no-op after a lost life, then, where action 1 is FIRE, FIRE and action 2 (the serve; a game's
+    start has them too). Logs each whole game once, in the info of its last agent step, a game that ends in those
+    steps too: "r" its raw score (every step's rewards), "l" its agent steps. Pickles the emulator mid-game (ale-py's
+    env pickles only its constructor arguments), for exact resume."""
 
-    game_over = True
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        self.serve = (1, 2) if env.unwrapped.get_action_meanings()[1] == "FIRE" else ()
+        self.next_life, self.score, self.length = None, 0.0, 0
+
+    def unseen(self, actions: tuple, obs, info) -> tuple:
+        """Play `actions` the agent does not see: (last observation, its info, whether they ended the game)."""
+        for action in actions:
+            obs, reward, terminated, truncated, info = self.env.step(action)
+            self.score += reward
+            if terminated or truncated:
+                return obs, info, True
+        return obs, info, False
 
     def step(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action)
-        self.game_over, lives, self.lives = terminated or truncated, self.lives, self.unwrapped.ale.lives()
-        return obs, reward, terminated or 0 < self.lives < lives, truncated, info
+        self.score, self.length = self.score + reward, self.length + 1
+        lives, self.lives = self.lives, self.unwrapped.ale.lives()
+        game_over, lost_life = terminated or truncated, self.lives < lives and not (terminated or truncated)
+        if lost_life:  # the next life starts now, before the episode's end reaches the agent: a no-op, then the serve
+            obs_next, info_next, game_over = self.unseen((0, *self.serve), obs, info)
+            self.next_life = None if game_over else (obs_next, info_next)  # what reset() returns
+        if game_over:
+            info = {**info, "episode": {"r": self.score, "l": self.length}}
+        return obs, reward, terminated or lost_life, truncated, info
 
     def reset(self, **kwargs):
-        obs, info = self.env.reset(**kwargs) if self.game_over else self.env.step(0)[::4]  # no-op: play on with the next life
+        (obs, info), over, self.next_life = self.next_life or (None, None), self.next_life is None, None
+        while over:  # a new game (its serve at a time limit shorter than the opening: another one, unlogged)
+            self.score, self.length = 0.0, 0
+            obs, info, over = self.unseen(self.serve, *self.env.reset(**kwargs))
+            kwargs = {}
         self.lives = self.unwrapped.ale.lives()
         return obs, info
 
@@ -176,24 +199,13 @@ class EpisodicLife(gym.Wrapper):
         self.unwrapped.restore_state(emulator)
 
 
-class FireReset(gym.Wrapper):
-    """Press FIRE, then the next action, after each reset (a lost life too): the game waits for it."""
-
-    def reset(self, **kwargs):
-        obs, info = self.env.reset(**kwargs)
-        for action in (1, 2):
-            obs, _, terminated, truncated, info = self.env.step(action)
-            if terminated or truncated:
-                obs, info = self.env.reset(**kwargs)
-        return obs, info
-
-
 class NativeAtari(gym.vector.VectorEnv):
     """ale-py's AtariVectorEnv (the same emulator; no-ops, frame skip, max-pooling, 84x84 grayscale and
     the frame stack done in C++ on a thread pool) with make_env's learning semantics: a lost life ends
     the episode for learning while the game goes on, the next action after it is FIRE where the game has
-    it (the serve FireReset presses), rewards clipped to their sign, and each whole game's raw score
-    and length in infos["final_info"] as RecordEpisodeStatistics reports them.
+    it (the serve; `serve` says which envs' next step is one: the env plays FIRE whatever the action, and the update
+    leaves the row out of the policy terms), rewards clipped to their sign, and each whole game's raw score and
+    length in agent steps in infos["final_info"], as EpisodicLife logs them.
 
     The envs come in `groups` equal parts (envs 0..k-1, k..2k-1, ...), each an AtariVectorEnv with its own threads:
     send(actions, g) starts group g's step and recv(g) waits for it, so that one group steps while the policy acts
@@ -228,7 +240,7 @@ class NativeAtari(gym.vector.VectorEnv):
         )
         self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, num_envs)
         self.action_space = gym.vector.utils.batch_space(self.single_action_space, num_envs)
-        self.returns, self.lengths, self.lives = np.zeros(num_envs), np.zeros(num_envs, dtype=np.int64), None
+        self.returns, self.lengths, self.lives, self.frames = np.zeros(num_envs), np.zeros(num_envs, dtype=np.int64), None, None
         self.serve = np.zeros(num_envs, dtype=bool)
         self.fire = settings.get("use_fire_reset", True) and self.vector_envs[0].ale.get_action_set()[1] == ale_py.Action.FIRE
 
@@ -236,7 +248,8 @@ class NativeAtari(gym.vector.VectorEnv):
         seeds = seed + np.arange(self.num_envs) if isinstance(seed, int) else seed  # env i: seed + i, whatever its group
         parts = [env.reset(seed=None if seeds is None else seeds[self.part(g)]) for g, env in enumerate(self.vector_envs)]
         obs, infos = np.concatenate([obs for obs, _ in parts]), {k: np.concatenate([i[k] for _, i in parts]) for k in parts[0][1]}
-        self.returns[:], self.lengths[:], self.lives, self.serve[:] = 0, 0, infos["lives"], False
+        self.returns[:], self.lengths[:], self.serve[:] = 0, 0, False
+        self.lives, self.frames = infos["lives"], infos["episode_frame_number"]
         return obs, infos
 
     def part(self, group: int) -> slice:
@@ -251,10 +264,12 @@ class NativeAtari(gym.vector.VectorEnv):
         part = self.part(group)
         self.returns[part] += rewards
         self.lengths[part] += 1
-        # a time limit restarts the game; a termination is a game over unless the lives count dropped (a lost life;
-        # a new game can start with fewer lives than a game cut at its time limit had, so truncations count alone)
-        game_over = truncations | (terminations & (infos["lives"] >= self.lives[part]))
-        self.lives[part], self.serve[part] = infos["lives"], terminations & ~game_over & self.fire
+        # the game was restarted (over, or at its time limit) where the emulator's frame count fell: the lives count
+        # cannot tell, since a new game can start with fewer lives than the last one held (bonus lives), and a life lost
+        # on the step that reached the time limit reads as a termination
+        game_over = truncations | (infos["episode_frame_number"] < self.frames[part])
+        self.lives[part], self.frames[part] = infos["lives"], infos["episode_frame_number"]
+        self.serve[part] = terminations & ~game_over & self.fire
         if game_over.any():
             infos["final_info"] = {"episode": {"r": self.returns[part].copy(), "l": self.lengths[part].copy()}, "_episode": game_over}
             self.returns[part][game_over], self.lengths[part][game_over] = 0, 0
@@ -279,6 +294,10 @@ class SyncVectorEnv(gym.vector.SyncVectorEnv):
 
     def send(self, actions: np.ndarray, group: int = 0):
         self.actions = actions
+
+    @property
+    def serve(self) -> np.ndarray:  # none: EpisodicLife serves in steps the agent does not see
+        return np.zeros(self.num_envs, dtype=bool)
 
     def recv(self, group: int = 0) -> tuple:
         return self.step(self.actions)
@@ -377,30 +396,38 @@ def compute_gae(rewards, values, dones, next_value, next_done, gamma: float, gae
     return advantages, advantages + values
 
 
-def policy_loss(advantages: torch.Tensor, ratio: torch.Tensor, clip_coef: float) -> torch.Tensor:
-    """The clipped surrogate, negated for minimization (Schulman et al. 2017, eq. 7)."""
+def policy_loss(advantages: torch.Tensor, ratio: torch.Tensor, clip_coef: float, played: Optional[torch.Tensor] = None):
+    """The clipped surrogate, negated for minimization (Schulman et al. 2017, eq. 7), averaged over the rows whose
+    action the env played (played = 1; all rows without it)."""
     pg_loss1 = -advantages * ratio
     pg_loss2 = -advantages * torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef)
-    return torch.max(pg_loss1, pg_loss2).mean()
+    return played_mean(torch.max(pg_loss1, pg_loss2), played)
+
+
+def played_mean(x: torch.Tensor, played: Optional[torch.Tensor]) -> torch.Tensor:
+    """The mean of x over the rows where played = 1 (a serve row's action was not the env's: NativeAtari)."""
+    return x.mean() if played is None else (x * played).sum() / played.sum().clamp(min=1.0)
 
 
 STATS = ("policy_loss", "value_loss", "entropy", "old_approx_kl", "approx_kl", "clipfrac", "loss", "grad_norm")
 
 
 def update_minibatch(args: Args, agent: Agent, optimizer, minibatch: tuple) -> Optional[torch.Tensor]:
-    """One gradient step on minibatch = (obs, logprobs, actions, advantages, returns, values), the rows mb_inds of the
-    b_* tensors: the clipped surrogate, the clipped value loss and the entropy bonus. Returns the step's statistics
+    """One gradient step on minibatch = (obs, logprobs, actions, advantages, returns, values, served), the rows mb_inds
+    of the b_* tensors: the clipped surrogate, the clipped value loss and the entropy bonus, the policy's terms and
+    statistics over the rows whose action the env played (not the serves), the value loss over all. Returns the step's statistics
     (STATS, in that order) in one tensor, or None, without a step, where the approximate KL has passed args.target_kl.
     A function (the other scripts have it inline in __main__) so that --cuda-graphs can record it."""
-    mb_obs, mb_logprobs, mb_actions, mb_advantages, mb_returns, mb_values = minibatch
+    mb_obs, mb_logprobs, mb_actions, mb_advantages, mb_returns, mb_values, mb_served = minibatch
     _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb_obs, mb_actions)
     logratio = newlogprob - mb_logprobs
     ratio = logratio.exp()
+    played = 1.0 - mb_served  # a serve row's stored action is the policy's sample, but the env played FIRE
 
     with torch.no_grad():
         # http://joschu.net/blog/kl-approx.html
-        old_approx_kl, approx_kl = all_mean(torch.stack(((-logratio).mean(), ((ratio - 1) - logratio).mean())))
-        clipfrac = ((ratio - 1.0).abs() > args.clip_coef).float().mean()
+        old_approx_kl, approx_kl = all_mean(torch.stack((played_mean(-logratio, played), played_mean((ratio - 1) - logratio, played))))
+        clipfrac = played_mean(((ratio - 1.0).abs() > args.clip_coef).float(), played)
     if args.target_kl is not None and approx_kl > args.target_kl:
         return None  # no further minibatch or epoch
 
@@ -408,7 +435,7 @@ def update_minibatch(args: Args, agent: Agent, optimizer, minibatch: tuple) -> O
         mb_mean, mb_std = whole_mean_std(mb_advantages)
         mb_advantages = (mb_advantages - mb_mean) / (mb_std + 1e-8)
 
-    pg_loss = policy_loss(mb_advantages, ratio, args.clip_coef)
+    pg_loss = policy_loss(mb_advantages, ratio, args.clip_coef, played)
 
     # Value loss
     if args.clip_vloss:
@@ -419,7 +446,7 @@ def update_minibatch(args: Args, agent: Agent, optimizer, minibatch: tuple) -> O
     else:
         v_loss = 0.5 * ((newvalue - mb_returns) ** 2).mean()
 
-    entropy_loss = entropy.mean()
+    entropy_loss = played_mean(entropy, played)
     loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
 
     optimizer.zero_grad()
@@ -625,13 +652,16 @@ def restore(args: Args, ckpt: Optional[dict], rank: int, agent, optimizer, envs,
     own = ckpt["ranks"][rank]  # this process's envs, carry and RNGs
     agent.load_state_dict(ckpt["agent"])
     optimizer.load_state_dict(ckpt["optimizer"])
+    if own["normalization"] is not None:
+        envs.normalization = own["normalization"]
     if own["envs"] is not None:
         envs.envs[:] = pickle.loads(own["envs"])
         carry = moved(own["carry"], carry)
-    elif rank == 0:
-        print("notice: the checkpoint holds no env state (native envs and video recorders do not pickle); new episodes start here")
-    if own["normalization"] is not None:
-        envs.normalization = own["normalization"]
+    else:  # new episodes, seen through the checkpoint's normalization statistics, from seeds this run has not played
+        next_obs, _ = envs.reset(seed=args.seed + ckpt["global_step"] + rank * envs.num_envs)
+        carry = (torch.as_tensor(next_obs, dtype=carry[0].dtype, device=carry[0].device), *carry[1:])
+        if rank == 0:
+            print("notice: the checkpoint holds no env state (native envs and video recorders do not pickle); new episodes start here")
     random.setstate(own["rng"]["python"])
     np.random.set_state(own["rng"]["numpy"])
     torch.set_rng_state(own["rng"]["torch"])
@@ -914,6 +944,7 @@ if __name__ == "__main__":
     # rewards and dones stay on the host (pinned on CUDA) until GAE: a step copies only the observation to the device
     rewards = torch.zeros(storage_shape, pin_memory=device.type == "cuda")  # (num_steps, num_envs)
     dones = torch.zeros(storage_shape, pin_memory=device.type == "cuda")  # (num_steps, num_envs)
+    served = torch.zeros(storage_shape, pin_memory=device.type == "cuda")  # (num_steps, num_envs): 1 where the env served
     values = torch.zeros(storage_shape, device=device)  # (num_steps, num_envs)
     host_obs = torch.zeros(obs.shape[1:], dtype=torch.uint8, pin_memory=device.type == "cuda").numpy()  # what the envs return
     groups = [slice(g * num_envs // envs.num_groups, (g + 1) * num_envs // envs.num_groups) for g in range(envs.num_groups)]
@@ -972,6 +1003,7 @@ if __name__ == "__main__":
                         continue
                     obs[step, part] = next_obs[part]
                     dones[step, part] = next_done[part]
+                    served[step, part] = torch.from_numpy(envs.serve[part])  # the first step of a new life plays FIRE
                     with torch.inference_mode():
                         action, logprob, _, value = policy(next_obs[part])
                     values[step, part] = value
@@ -992,9 +1024,10 @@ if __name__ == "__main__":
             b_advantages = advantages.reshape(-1)  # (batch,)
             b_returns = returns.reshape(-1)  # (batch,)
             b_values = values.reshape(-1)  # (batch,)
+            b_served = served.to(device).reshape(-1)  # (batch,)
 
             # UPDATE
-            batch = (b_obs, b_logprobs, b_actions, b_advantages, b_returns, b_values)
+            batch = (b_obs, b_logprobs, b_actions, b_advantages, b_returns, b_values, b_served)
             b_inds = np.arange(batch_size)
             totals, num_updates = torch.zeros(len(STATS), device=device), 0  # sums of the update's statistics (STATS)
             kl_stop = False

@@ -461,13 +461,16 @@ def restore(args: Args, ckpt: Optional[dict], rank: int, agent, optimizer, envs,
     own = ckpt["ranks"][rank]  # this process's envs, carry and RNGs
     agent.load_state_dict(ckpt["agent"])
     optimizer.load_state_dict(ckpt["optimizer"])
+    if own["normalization"] is not None:
+        envs.normalization = own["normalization"]
     if own["envs"] is not None:
         envs.envs[:] = pickle.loads(own["envs"])
         carry = moved(own["carry"], carry)
-    elif rank == 0:
-        print("notice: the checkpoint holds no env state (native envs and video recorders do not pickle); new episodes start here")
-    if own["normalization"] is not None:
-        envs.normalization = own["normalization"]
+    else:  # new episodes, seen through the checkpoint's normalization statistics, from seeds this run has not played
+        next_obs, _ = envs.reset(seed=args.seed + ckpt["global_step"] + rank * envs.num_envs)
+        carry = (torch.as_tensor(next_obs, dtype=carry[0].dtype, device=carry[0].device), *carry[1:])
+        if rank == 0:
+            print("notice: the checkpoint holds no env state (native envs and video recorders do not pickle); new episodes start here")
     random.setstate(own["rng"]["python"])
     np.random.set_state(own["rng"]["numpy"])
     torch.set_rng_state(own["rng"]["torch"])
