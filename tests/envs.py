@@ -101,15 +101,26 @@ gym.register(
         "max_num_frames_per_episode": 400,
     },
 )
+
+
+def short_game(env_id: str, game: str, frames: int):
+    gym.register(
+        env_id,
+        entry_point="ale_py.env:AtariEnv",
+        kwargs={
+            "game": game,
+            "repeat_action_probability": 0.0,
+            "full_action_space": False,
+            "frameskip": 1,
+            "max_num_frames_per_episode": frames,
+        },
+    )
+
+
 # VideoPinball (extra lives come with points) cut at 4,000 frames (1,000 agent steps)
-gym.register(
-    "ShortVideoPinball-v4",
-    entry_point="ale_py.env:AtariEnv",
-    kwargs={
-        "game": "video_pinball",
-        "repeat_action_probability": 0.0,
-        "full_action_space": False,
-        "frameskip": 1,
-        "max_num_frames_per_episode": 4000,
-    },
-)
+short_game("ShortVideoPinball-v4", "video_pinball", 4000)
+# DemonAttack (a bonus life every so many points) cut at 1,868 frames: the step that reaches the limit in the native env
+# with seed 1, no no-ops and tests/test_atari.py's actions loses a life held above the 4 a game starts with
+short_game("ShortDemonAttack-v4", "demon_attack", 1868)
+# Breakout cut at 800 frames: games end in the steps the agent does not see (the no-op and serve after a lost life)
+short_game("ShortBreakout-v4", "breakout", 800)

@@ -4,6 +4,7 @@ score, the frame stack, and an env that pickles mid-game and plays on identicall
 vector env: the same semantics, truncation bootstrapped, equivalence with the wrappers frame by
 frame, v5 ids, ids it cannot play, and resume without env state."""
 
+import copy
 import functools
 import pickle
 
@@ -360,8 +361,11 @@ def test_native_env_refuses_ids_it_cannot_play(tmp_path):
 
 def test_native_resume_restores_the_run_and_starts_new_games(tmp_path, monkeypatch, capsys):
     """The native env does not pickle: a checkpoint holds the agent, optimizer, counters and RNGs,
-    and --resume continues them with new games, saying so."""
+    and --resume continues them with new games, saying so, from seeds the run has not played (not the openings of the
+    games it started with)."""
     argv = [*TINY, "--total-timesteps", "320", "--save-model"]  # 10 iterations of 2 envs x 16 steps
+    seeds, reset = [], AtariVectorEnv.reset
+    monkeypatch.setattr(AtariVectorEnv, "reset", lambda self, seed=None, options=None: seeds.append(seed) or reset(self, seed=seed))
     with monkeypatch.context() as m:
         interrupt_at_call(m, AtariVectorEnv, "recv", 5 * 16 + 7)
         run(SCRIPT, *argv, cwd=tmp_path / "a")
@@ -373,6 +377,7 @@ def test_native_resume_restores_the_run_and_starts_new_games(tmp_path, monkeypat
         interrupt_at_call(m, torch.optim.Adam, "step", 1)  # before the first update of the resumed run
         g = run(SCRIPT, *argv, "--resume", str(path), cwd=tmp_path / "b")
     assert "no env state" in capsys.readouterr().out
+    assert [list(s) for s in seeds] == [[1, 2], [1, 2], [161, 162]]  # the run's, the fresh ones, the resumed games'
     assert g["iteration"] == 6 and g["global_step"] == 192
     assert g["optimizer"].param_groups[0]["lr"] == pytest.approx(0.5 * g["args"].learning_rate)  # annealed as at iteration 6
     assert all(torch.equal(p, ckpt["agent"][k]) for k, p in g["agent"].state_dict().items())
@@ -415,3 +420,102 @@ def test_native_env_groups_store_the_transitions_of_one_group(tmp_path, monkeypa
     games = [entry for entry in one["games"] if entry[0] == "charts/episodic_return"]
     assert one["games"] == two["games"] and len(games) >= 4  # whole games logged, the same ones at the same steps
     assert one["dones"].sum() > len(games)  # lost lives end episodes inside games (each followed by a serve)
+
+
+@pytest.mark.parametrize(
+    "env_id,seed", [("tests.envs:ShortBreakout-v4", 7), ("tests.envs:ShortBreakout-v4", 8), ("tests.envs:ShortDemonAttack-v4", 1)]
+)
+def test_every_game_is_logged_once_with_its_score_and_length(env_id, seed, monkeypatch):
+    """gymnasium's path under short time limits: every game the emulator plays is logged once, in the agent step in
+    which it ended, with the sum of every frame's reward (those of the no-op and serve the agent does not see too)
+    and its number of agent steps; also a game that ends in those unseen steps (Breakout cut at 800 frames) and games
+    with bonus lives (DemonAttack)."""
+    module = load(SCRIPT)
+    ended_unseen, original_unseen = [], module.EpisodicLife.unseen
+    monkeypatch.setattr(module.EpisodicLife, "unseen", lambda self, *a: ended_unseen.append(original_unseen(self, *a)) or ended_unseen[-1])
+    envs = gym.vector.SyncVectorEnv([module.make_env(env_id, 0, False, "t")], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    emulator, games = envs.envs[0].unwrapped, [[]]  # every frame's reward, one list a game the emulator played
+    step, reset = emulator.step, emulator.reset
+
+    def record(action):
+        out = step(action)
+        games[-1].append(out[1])
+        return out
+
+    emulator.step = record
+    emulator.reset = lambda *, seed=None, options=None: games.append([]) or reset(seed=seed, options=options)
+    envs.reset(seed=seed)
+    games[:] = games[-1:]  # the first game starts here
+    rng, logged, agent_steps = np.random.default_rng(seed), 0, 0
+    while logged < 8:
+        *_, infos = envs.step(rng.integers(envs.single_action_space.n, size=1))
+        agent_steps += 1
+        if "episode" in infos.get("final_info", {}):
+            logged += 1
+            assert infos["final_info"]["episode"]["r"][0] == sum(games[logged - 1])
+            assert infos["final_info"]["episode"]["l"][0] == agent_steps
+            agent_steps = 0
+        assert len(games) == logged + 1  # every game that ended was logged, in the step that ended it
+    if "Breakout" in env_id:
+        assert any(over for *_, over in ended_unseen)  # the case in point: a game that ended in an unseen step
+
+
+def test_native_game_over_on_a_lost_bonus_life_at_the_time_limit_is_logged_alone():
+    """DemonAttack cut at 1,868 frames, seed 1, no no-ops: the step that reaches the limit loses a life held above the 4
+    a game starts with. The emulator reports a termination, not a truncation, and starts a new game with 4 lives, a
+    drop in the count as at a lost life: the game is logged alone with its score and length, the next one starts
+    unserved, and is logged alone in turn."""
+    envs = native("tests.envs:ShortDemonAttack-v4", noop_max=0)
+    raw, original = [], envs.vector_envs[0].recv
+    envs.vector_envs[0].recv = lambda: raw.append(original()) or raw[-1]
+    envs.reset(seed=1)
+    actions = np.random.default_rng(0).integers(6, size=(6000, 8))[:, 1:2]
+    ends = []
+    for t in range(1000):
+        lives = envs.lives.copy()
+        _, _, terminations, truncations, infos = envs.step(actions[t])
+        if t == 466:  # the case in point
+            assert terminations[0] and not truncations[0] and lives[0] == 5 and infos["lives"][0] == 4
+            assert not envs.serve[0]  # a new game: its first step is the agent's
+        if "final_info" in infos:
+            ends.append(t)
+            start = ends[-2] + 1 if len(ends) > 1 else 0
+            assert infos["final_info"]["episode"]["l"][0] == t + 1 - start
+            assert infos["final_info"]["episode"]["r"][0] == sum(r[1][0] for r in raw[start : t + 1])
+    assert ends[0] == 466 and len(ends) == 2
+
+
+def test_native_serve_rows_are_left_out_of_the_policy_terms(tmp_path, monkeypatch):
+    """On the first step of a new life the native env plays FIRE whatever the policy sampled. Those rows, and only
+    those, are marked served; every other row's stored action is the one the env played. The update's policy terms
+    leave the served rows out: other actions (with their log-probabilities) on them give the same parameters, bit for
+    bit, while another action on any played row does not. Breakout, 2 envs x 256 steps from the untrained policy."""
+    sent, send = [], AtariVectorEnv.send
+    monkeypatch.setattr(AtariVectorEnv, "send", lambda self, actions: sent.append(actions.copy()) or send(self, actions))
+    interrupt_at_call(monkeypatch, torch.optim.Adam, "step", 1)  # the first rollout, then stop
+    g = run(SCRIPT, "--num-envs", "2", "--num-steps", "256", "--num-minibatches", "1", "--total-timesteps", "512", cwd=tmp_path)
+    played, served = torch.as_tensor(np.stack(sent[:256])), g["served"].bool()
+    assert 3 <= served.sum() and torch.all(played[served] == 1) and torch.equal(played[~served], g["actions"][~served])
+    assert (g["actions"][served] != 1).any()  # sampled actions the env did not play
+    assert torch.all(g["dones"].bool()[served])  # a serve is the first row of an episode (a new life)
+
+    batch = tuple(g[k] for k in ("b_obs", "b_logprobs", "b_actions", "b_advantages", "b_returns", "b_values", "b_served"))
+
+    def update(rows) -> list:
+        """The parameters after the minibatch step on the whole batch, with other actions on `rows`."""
+        agent = copy.deepcopy(g["agent"])
+        actions = batch[2].clone()
+        actions[rows] = (actions[rows] + 1) % 4
+        with torch.no_grad():
+            logprobs = torch.where(rows, agent.get_action_and_value(batch[0], actions)[1], batch[1])
+        g["update_minibatch"](
+            g["args"], agent, torch.optim.Adam(agent.parameters(), lr=2.5e-4, eps=1e-5), (batch[0], logprobs, actions, *batch[3:])
+        )
+        return [p.detach().clone() for p in agent.parameters()]
+
+    reference = update(torch.zeros_like(batch[6], dtype=torch.bool))
+    b_served = batch[6].bool()
+    assert all(torch.equal(a, b) for a, b in zip(update(b_served), reference, strict=True))
+    one_played = torch.zeros_like(b_served)
+    one_played[(~b_served).nonzero()[0]] = True
+    assert not all(torch.equal(a, b) for a, b in zip(update(one_played), reference, strict=True))

@@ -242,3 +242,35 @@ def test_loading_the_script_leaves_the_environment_alone(monkeypatch):
     monkeypatch.delenv("DISPLAY", raising=False)
     load("ppo_continuous_action.py")
     assert "MUJOCO_GL" not in os.environ
+
+
+def test_resume_without_env_state_starts_new_episodes_with_the_saved_statistics(tmp_path, monkeypatch):
+    """A checkpoint whose envs did not pickle (--capture-video's recorder): the resumed run's new episodes start with
+    their first observation normalized by the checkpoint's statistics (updated with it, as in training), and with no
+    discounted return carried over from the episodes the checkpoint's envs were in."""
+    raws = []
+    original = gym.vector.SyncVectorEnv.reset
+    monkeypatch.setattr(gym.vector.SyncVectorEnv, "reset", lambda self, **kw: raws.append(original(self, **kw)) or raws[-1])
+    argv = ["--env-id", "Hopper-v5", *TINY, "--total-timesteps", "128", "--save-model"]
+    with monkeypatch.context() as m:
+        interrupt_at_call(m, gym.vector.SyncVectorEnv, "step", 16 + 5)  # Ctrl-C in iteration 2: iteration 1 is saved
+        run(SCRIPT, *argv, cwd=tmp_path / "a")
+    ckpt = torch.load(checkpoint_path(tmp_path / "a"), weights_only=False)
+    obs_rms, return_rms, discounted_return = ckpt["ranks"][0]["normalization"]
+    assert discounted_return.any()  # episodes in progress: a return that must not reach the new ones
+    ckpt["ranks"][0]["envs"] = None
+    torch.save(ckpt, tmp_path / "no_envs.pt")
+    raws.clear()
+    with monkeypatch.context() as m:
+        interrupt_at_call(m, gym.vector.SyncVectorEnv, "step", 1)  # right after the restore
+        g = run(SCRIPT, *argv, "--resume", str(tmp_path / "no_envs.pt"), cwd=tmp_path / "b")
+    raw = raws[-1][0]  # the new episodes' first observations, before normalization
+    expected = RunningMeanStd(shape=obs_rms.mean.shape)
+    expected.mean, expected.var, expected.count = obs_rms.mean.copy(), obs_rms.var.copy(), obs_rms.count
+    expected.update(raw)
+    envs = g["envs"]
+    assert envs.obs_rms.count == obs_rms.count + 2 and not envs.discounted_return.any()
+    np.testing.assert_allclose(envs.obs_rms.mean, expected.mean, rtol=1e-12)
+    normalized = np.clip((raw - expected.mean) / np.sqrt(expected.var + EPS), -10, 10)
+    np.testing.assert_allclose(g["next_obs"].numpy(), normalized, rtol=1e-5, atol=1e-6)
+    assert len(raws) == 2 and not np.array_equal(raws[0][0], raw)  # new seeds: not the episodes a fresh run starts with
