@@ -396,17 +396,16 @@ def compute_gae(rewards, values, dones, next_value, next_done, gamma: float, gae
     return advantages, advantages + values
 
 
-def policy_loss(advantages: torch.Tensor, ratio: torch.Tensor, clip_coef: float, played: Optional[torch.Tensor] = None):
-    """The clipped surrogate, negated for minimization (Schulman et al. 2017, eq. 7), averaged over the rows whose
-    action the env played (played = 1; all rows without it)."""
+def policy_loss(advantages: torch.Tensor, ratio: torch.Tensor, clip_coef: float) -> torch.Tensor:
+    """The clipped surrogate, negated for minimization (Schulman et al. 2017, eq. 7)."""
     pg_loss1 = -advantages * ratio
     pg_loss2 = -advantages * torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef)
-    return played_mean(torch.max(pg_loss1, pg_loss2), played)
+    return torch.max(pg_loss1, pg_loss2).mean()
 
 
-def played_mean(x: torch.Tensor, played: Optional[torch.Tensor]) -> torch.Tensor:
-    """The mean of x over the rows where played = 1 (a serve row's action was not the env's: NativeAtari)."""
-    return x.mean() if played is None else (x * played).sum() / played.sum().clamp(min=1.0)
+def played_mean(x: torch.Tensor, played: torch.Tensor) -> torch.Tensor:
+    """The mean of x over the rows where played = 1, those whose stored action the env played (not NativeAtari's serves)."""
+    return (x * played).sum() / played.sum().clamp(min=1.0)
 
 
 STATS = ("policy_loss", "value_loss", "entropy", "old_approx_kl", "approx_kl", "clipfrac", "loss", "grad_norm")
@@ -435,7 +434,8 @@ def update_minibatch(args: Args, agent: Agent, optimizer, minibatch: tuple) -> O
         mb_mean, mb_std = whole_mean_std(mb_advantages)
         mb_advantages = (mb_advantages - mb_mean) / (mb_std + 1e-8)
 
-    pg_loss = policy_loss(mb_advantages, ratio, args.clip_coef, played)
+    # weights 0 on the serve rows and N / (rows played) on the others: the surrogate's mean is that of the played rows
+    pg_loss = policy_loss(mb_advantages * played / played.mean().clamp(min=1.0 / len(played)), ratio, args.clip_coef)
 
     # Value loss
     if args.clip_vloss:
