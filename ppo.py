@@ -56,11 +56,14 @@ class Args:
     capture_video: bool = False
     """whether to capture videos of the agent performances (check out `videos` folder)"""
     save_model: bool = False
-    """whether to save a checkpoint to `runs/{run_name}/{exp_name}.pt` (at the end, on Ctrl-C, SIGTERM or NaN)"""
+    """whether to save a checkpoint to `{run_dir}/{exp_name}.pt` (at the end, on Ctrl-C, SIGTERM or NaN)"""
     save_every: float = 10.0
     """with --save-model, also write the checkpoint every this many minutes of wall time (0: after every iteration)"""
+    run_dir: Optional[str] = None
+    """the run's directory, for its TensorBoard log and checkpoint (default: `runs/{run_name}`, new for every run)"""
     resume: Optional[str] = None
-    """path of a checkpoint to continue training from, with the env and algorithm settings it was trained with"""
+    """path of a checkpoint to continue training from, with the env and algorithm settings it was trained with; `auto`:
+    the one in --run-dir if there is one (a restarted command continues its run), else start"""
     eval_checkpoint: Optional[str] = None
     """path of a checkpoint to evaluate instead of training"""
     eval_episodes: int = 10
@@ -234,7 +237,7 @@ CHECKPOINT_FORMAT = 2  # raised whenever what a checkpoint holds changes; anothe
 # the Args fields a resumed run may change (how it runs and is recorded); every other field must equal the checkpoint's
 MAY_CHANGE_ON_RESUME = (
     *("exp_name", "seed", "torch_deterministic", "cuda", "track", "wandb_project_name", "wandb_entity", "capture_video"),
-    *("save_model", "save_every", "resume", "eval_checkpoint", "eval_episodes", "eval_greedy", "env_threads", "env_groups"),
+    *("save_model", "save_every", "run_dir", "resume", "eval_checkpoint", "eval_episodes", "eval_greedy", "env_threads", "env_groups"),
     *("batch_size", "minibatch_size", "num_iterations"),
 )
 
@@ -287,6 +290,12 @@ def start_up(args: Args, run_name: str) -> tuple:
     --eval-checkpoint, evaluate and exit. Returns (rank, world_size, device, the checkpoint to resume or None)."""
     ckpt, error = None, None
     try:
+        if args.resume == "auto":  # a restart of the same command line: its checkpoint, where it wrote one
+            if args.run_dir is None or not args.save_model:
+                fail("--resume auto continues the checkpoint in --run-dir: pass --run-dir DIR (the same at every restart) and --save-model")
+            found = os.path.isfile(f"{args.run_dir}/{args.exp_name}.pt")
+            args.resume = f"{args.run_dir}/{args.exp_name}.pt" if found else None
+        args.run_dir = args.run_dir or f"runs/{run_name}"
         check_args(args)
         if args.resume is not None and args.eval_checkpoint is None and os.environ.get("RANK", "0") == "0":
             ckpt = load_checkpoint(args.resume, args)
@@ -463,7 +472,11 @@ def init_distributed(args: Args, error, ckpt: Optional[dict]) -> tuple:
     # as a default argument, which would keep it and its threads past destroy_process_group (and abort at exit).
     import torch._dynamo as _dynamo  # noqa: F401  (as a new name: `import torch._dynamo` would make `torch` a local)
 
-    dist.init_process_group("cpu:gloo,cuda:nccl" if cuda else "gloo")
+    # torchrun --max-restarts keeps its store across restarts: each attempt's keys go under a prefix of their own, or the
+    # processes of a restart could read the addresses of the dead ones
+    store, _, _ = next(dist.rendezvous("env://"))
+    attempt = dist.PrefixStore(f"attempt{os.environ.get('TORCHELASTIC_RESTART_COUNT', 0)}", store)
+    dist.init_process_group("cpu:gloo,cuda:nccl" if cuda else "gloo", store=attempt, rank=rank, world_size=world_size)
     everyone = [None] * world_size
     dist.all_gather_object(everyone, (asdict(args), error))
     for name, value in everyone[0][0].items():
@@ -526,8 +539,9 @@ def gather(obj) -> Optional[list]:
     return objs
 
 
-def make_writer(args: Args, run_name: str, rank: int) -> Optional[SummaryWriter]:
-    """TensorBoard at runs/{run_name} (and wandb with --track) on rank 0, which records the whole run; None elsewhere."""
+def make_writer(args: Args, run_name: str, rank: int, ckpt: Optional[dict]) -> Optional[SummaryWriter]:
+    """TensorBoard at --run-dir (and wandb with --track) on rank 0, which records the whole run; None elsewhere. A resumed
+    run hides what an earlier run in the same directory logged after the checkpoint (TensorBoard's purge_step)."""
     if rank > 0:
         return None
     if args.track:
@@ -541,7 +555,7 @@ def make_writer(args: Args, run_name: str, rank: int) -> Optional[SummaryWriter]
             name=run_name,
             save_code=True,
         )
-    writer = SummaryWriter(f"runs/{run_name}")
+    writer = SummaryWriter(args.run_dir, purge_step=None if ckpt is None else ckpt["global_step"] + 1)
     writer.add_text("hyperparameters", "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])))
     return writer
 
@@ -639,7 +653,7 @@ if __name__ == "__main__":
         )
 
     # LOGGING
-    writer = make_writer(args, run_name, rank)  # one run, one record: rank 0 writes it for every process (None elsewhere)
+    writer = make_writer(args, run_name, rank, ckpt)  # one run, one record: rank 0 writes it for every process (None elsewhere)
 
     # SEEDING
     random.seed(args.seed + rank)  # each process its own streams (rank 0's are those of a plain run)
@@ -676,7 +690,7 @@ if __name__ == "__main__":
     finished = []  # (global_step, return, length) of this process's episodes since the last log
     interrupted = catch_stop_signals()
     checkpoint, nan_message = None, None  # checkpoint: the state after the last whole iteration, what --save-model writes
-    model_path = f"runs/{run_name}/{args.exp_name}.pt"
+    model_path = f"{args.run_dir}/{args.exp_name}.pt"
     if args.save_model:
         checkpoint = make_checkpoint(args, agent, optimizer, envs, global_step, start_iteration - 1, (next_obs, next_done))
     start_time, start_step = time.time(), global_step

@@ -189,7 +189,7 @@ def test_torchrun_standalone(tmp_path):
         "--standalone", "--nproc-per-node", "2", str(ROOT / "ppo.py"), *SMALL, "--total-timesteps", "320", "--no-cuda", cwd=tmp_path
     )
     out, _ = proc.communicate(timeout=300)
-    assert proc.returncode == 0, out
+    assert proc.returncode == 0, "\n".join(l for l in out.splitlines() if "[rank1]" in l or "error" in l.lower())[-6000:]
     progress = [line for line in out.splitlines() if line.startswith("iter ")]
     assert len(progress) == 5 and re.match(r"iter 5/5 step 320 SPS \d+", progress[-1])
     assert "2 processes of 2 envs" in out
@@ -245,3 +245,42 @@ def test_nan_under_torchrun_saves_and_says_why(tmp_path):
     assert 'ppo.py", line' not in out, out
     ckpt = torch.load(next(tmp_path.glob("runs/*/ppo.pt")), weights_only=False)
     assert ckpt["iteration"] == 18 and len(ckpt["ranks"]) == 2
+
+
+def pid_of_rank(rank: int, marker: str) -> int:
+    """The pid of the worker with this RANK whose command line holds marker (a path of this test's)."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+            environ = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if marker.encode() in cmdline and f"RANK={rank}".encode() in environ and b"ppo.py" in b" ".join(cmdline):
+            return int(pid)
+    raise AssertionError(f"no worker of rank {rank} running")
+
+
+def test_torchrun_max_restarts_continues_a_killed_run_from_its_checkpoint(tmp_path):
+    """torchrun --max-restarts 1 with --run-dir and --resume auto: one worker killed with SIGKILL after a periodic
+    checkpoint, torchrun stops the other and starts both again, and they continue from the checkpoint. The run
+    finishes with the parameters of a run that was never killed, in one run directory, every iteration logged once."""
+    run_dir = tmp_path / "run"
+    argv = [str(ROOT / "ppo.py"), *SMALL, "--total-timesteps", "3200", "--no-cuda", "--save-model", "--save-every", "0"]
+    proc = torchrun(
+        "--standalone", "--nproc-per-node", "2", "--max-restarts", "1", *argv, "--run-dir", str(run_dir), "--resume", "auto", cwd=tmp_path
+    )
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if line.startswith("iter 5/"):
+            break
+    os.kill(pid_of_rank(1, str(run_dir)), signal.SIGKILL)
+    out = "".join(lines) + proc.communicate(timeout=300)[0]
+    assert proc.returncode == 0, "\n".join(l for l in out.splitlines() if "[rank1]" in l or "error" in l.lower())[-6000:]
+    assert "resumed from" in out and not (tmp_path / "runs").exists()
+    straight = torchrun("--standalone", "--nproc-per-node", "2", *argv, "--run-dir", str(tmp_path / "straight"), cwd=tmp_path)
+    assert straight.communicate(timeout=300)[1] is None and straight.returncode == 0
+    ckpt, reference = (torch.load(path / "ppo.pt", weights_only=False) for path in (run_dir, tmp_path / "straight"))
+    assert ckpt["global_step"] == 3200 and all(torch.equal(v, reference["agent"][k]) for k, v in ckpt["agent"].items())
+    steps = [event.step for event in EventAccumulator(str(run_dir), size_guidance={"scalars": 0}).Reload().Scalars("charts/SPS")]
+    assert steps == list(range(64, 3201, 64))

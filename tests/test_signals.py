@@ -9,8 +9,9 @@ import sys
 
 import pytest
 import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from tests.helpers import EXACT_RESUME, QUICK_ENV, ROOT, SCRIPTS, TINY, checkpoint_path, cli, load, on_cpu, python_path, run
+from tests.helpers import EXACT_RESUME, QUICK_ENV, ROOT, SCRIPTS, TINY, checkpoint_path, cli, error_of, load, on_cpu, python_path, run
 
 
 def start(script: str, argv: list, cwd) -> subprocess.Popen:
@@ -79,3 +80,43 @@ def test_a_write_stopped_before_its_rename_leaves_the_previous_checkpoint(tmp_pa
         module.save_checkpoint({"iteration": 2, "agent": torch.zeros(3)}, path, rank=0)
     ckpt = torch.load(path, weights_only=False)
     assert ckpt["iteration"] == 1 and torch.equal(ckpt["agent"], torch.ones(3))
+
+
+def logged_steps(run_dir, tag="charts/SPS") -> list:
+    """The steps of `tag` that TensorBoard shows for run_dir (what a restart purged is not among them)."""
+    return [event.step for event in EventAccumulator(str(run_dir), size_guidance={"scalars": 0}).Reload().Scalars(tag)]
+
+
+def test_resume_auto_continues_the_run_in_its_directory_and_its_log_once(tmp_path, monkeypatch):
+    """The same command line started again continues from the checkpoint in --run-dir: the finished run has the
+    parameters of one that never stopped, and its TensorBoard log shows every iteration once, although the first run
+    logged 195 iterations past the checkpoint it left (its writes after the 5th did not reach the disk)."""
+    run_dir = tmp_path / "run"
+    argv = [*TINY, "--total-timesteps", "6400", "--save-model", "--save-every", "0", "--run-dir", str(run_dir), "--resume", "auto"]
+    replace, calls = os.replace, [0]
+
+    def replace_five_times(src, dst):
+        calls[0] += 1
+        if calls[0] <= 5:
+            replace(src, dst)
+
+    with monkeypatch.context() as m:
+        m.setattr(os, "replace", replace_five_times)
+        first = run("ppo.py", *argv, cwd=tmp_path / "a")
+    assert first["global_step"] == 6400 and torch.load(run_dir / "ppo.pt", weights_only=False)["iteration"] == 5
+    assert logged_steps(run_dir) == list(range(32, 6401, 32))
+    resumed = run("ppo.py", *argv, cwd=tmp_path / "b")  # the restart: the same command line
+    assert resumed["start_iteration"] == 6 and resumed["global_step"] == 6400
+    straight = run("ppo.py", *TINY, "--total-timesteps", "6400", cwd=tmp_path / "c")
+    assert all(torch.equal(p, q) for p, q in zip(resumed["agent"].parameters(), straight["agent"].parameters(), strict=True))
+    assert logged_steps(run_dir) == list(range(32, 6401, 32))  # iterations 1-5 of the first run, 6-200 of the restart
+    assert not (tmp_path / "a" / "runs").exists() and not (tmp_path / "b" / "runs").exists()  # one run directory
+
+
+def test_resume_auto_starts_a_new_run_where_there_is_no_checkpoint_and_needs_a_run_dir(tmp_path):
+    run_dir = tmp_path / "run"
+    g = run("ppo.py", *TINY, "--total-timesteps", "64", "--save-model", "--run-dir", str(run_dir), "--resume", "auto", cwd=tmp_path)
+    assert g["start_iteration"] == 1 and torch.load(run_dir / "ppo.pt", weights_only=False)["global_step"] == 64
+    message = "error: --resume auto continues the checkpoint in --run-dir: pass --run-dir DIR (the same at every restart) and --save-model"
+    assert error_of("ppo.py", "--resume", "auto", "--save-model", cwd=tmp_path) == message
+    assert error_of("ppo.py", "--resume", "auto", "--run-dir", str(run_dir), cwd=tmp_path) == message
