@@ -189,7 +189,7 @@ def test_torchrun_standalone(tmp_path):
         "--standalone", "--nproc-per-node", "2", str(ROOT / "ppo.py"), *SMALL, "--total-timesteps", "320", "--no-cuda", cwd=tmp_path
     )
     out, _ = proc.communicate(timeout=300)
-    assert proc.returncode == 0, "\n".join(l for l in out.splitlines() if "[rank1]" in l or "error" in l.lower())[-6000:]
+    assert proc.returncode == 0, out
     progress = [line for line in out.splitlines() if line.startswith("iter ")]
     assert len(progress) == 5 and re.match(r"iter 5/5 step 320 SPS \d+", progress[-1])
     assert "2 processes of 2 envs" in out
@@ -276,7 +276,7 @@ def test_torchrun_max_restarts_continues_a_killed_run_from_its_checkpoint(tmp_pa
             break
     os.kill(pid_of_rank(1, str(run_dir)), signal.SIGKILL)
     out = "".join(lines) + proc.communicate(timeout=300)[0]
-    assert proc.returncode == 0, "\n".join(l for l in out.splitlines() if "[rank1]" in l or "error" in l.lower())[-6000:]
+    assert proc.returncode == 0, out[-4000:]
     assert "resumed from" in out and not (tmp_path / "runs").exists()
     straight = torchrun("--standalone", "--nproc-per-node", "2", *argv, "--run-dir", str(tmp_path / "straight"), cwd=tmp_path)
     assert straight.communicate(timeout=300)[1] is None and straight.returncode == 0
