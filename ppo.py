@@ -295,7 +295,6 @@ def start_up(args: Args, run_name: str) -> tuple:
                 fail("--resume auto continues the checkpoint in --run-dir: pass --run-dir DIR (the same at every restart) and --save-model")
             found = os.path.isfile(f"{args.run_dir}/{args.exp_name}.pt")
             args.resume = f"{args.run_dir}/{args.exp_name}.pt" if found else None
-        args.run_dir = args.run_dir or f"runs/{run_name}"
         check_args(args)
         if args.resume is not None and args.eval_checkpoint is None and os.environ.get("RANK", "0") == "0":
             ckpt = load_checkpoint(args.resume, args)
@@ -308,6 +307,7 @@ def start_up(args: Args, run_name: str) -> tuple:
     except SystemExit as stop:
         error = stop.code
     rank, world_size, device, ckpt = init_distributed(args, error, ckpt)
+    args.run_dir = args.run_dir or f"runs/{run_name}"  # after the processes compared their arguments: run_name has the time
     if args.eval_checkpoint is not None:
         if rank == 0:  # one process evaluates
             returns = evaluate(args, f"{run_name}-eval", device)
