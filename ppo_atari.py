@@ -747,9 +747,11 @@ def init_distributed(args: Args, error, ckpt: Optional[dict]) -> tuple:
 
     # torchrun --max-restarts keeps its store across restarts: each attempt's keys go under a prefix of their own, or the
     # processes of a restart could read the addresses of the dead ones
-    store, _, _ = next(dist.rendezvous("env://"))
-    attempt = dist.PrefixStore(f"attempt{os.environ.get('TORCHELASTIC_RESTART_COUNT', 0)}", store)
-    dist.init_process_group("cpu:gloo,cuda:nccl" if cuda else "gloo", store=attempt, rank=rank, world_size=world_size)
+    # (the name is dropped: a start-up error's traceback would keep the store, and its threads, past the group's end)
+    attempt = f"attempt{os.environ.get('TORCHELASTIC_RESTART_COUNT', 0)}"
+    store = dist.PrefixStore(attempt, next(dist.rendezvous("env://"))[0])
+    dist.init_process_group("cpu:gloo,cuda:nccl" if cuda else "gloo", store=store, rank=rank, world_size=world_size)
+    del store
     everyone = [None] * world_size
     dist.all_gather_object(everyone, (asdict(args), error))
     for name, value in everyone[0][0].items():
