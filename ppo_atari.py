@@ -243,7 +243,7 @@ class NativeAtari(gym.vector.VectorEnv):
         )
         self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, num_envs)
         self.action_space = gym.vector.utils.batch_space(self.single_action_space, num_envs)
-        self.returns, self.lengths, self.lives, self.frames = np.zeros(num_envs), np.zeros(num_envs, dtype=np.int64), None, None
+        self.returns, self.lengths, self.frames = np.zeros(num_envs), np.zeros(num_envs, dtype=np.int64), None
         self.serve = np.zeros(num_envs, dtype=bool)
         self.fire = settings.get("use_fire_reset", True) and self.vector_envs[0].ale.get_action_set()[1] == ale_py.Action.FIRE
 
@@ -251,8 +251,7 @@ class NativeAtari(gym.vector.VectorEnv):
         seeds = seed + np.arange(self.num_envs) if isinstance(seed, int) else seed  # env i: seed + i, whatever its group
         parts = [env.reset(seed=None if seeds is None else seeds[self.part(g)]) for g, env in enumerate(self.vector_envs)]
         obs, infos = np.concatenate([obs for obs, _ in parts]), {k: np.concatenate([i[k] for _, i in parts]) for k in parts[0][1]}
-        self.returns[:], self.lengths[:], self.serve[:] = 0, 0, False
-        self.lives, self.frames = infos["lives"], infos["episode_frame_number"]
+        self.returns[:], self.lengths[:], self.serve[:], self.frames = 0, 0, False, infos["episode_frame_number"]
         return obs, infos
 
     def part(self, group: int) -> slice:
@@ -271,7 +270,7 @@ class NativeAtari(gym.vector.VectorEnv):
         # cannot tell, since a new game can start with fewer lives than the last one held (bonus lives), and a life lost
         # on the step that reached the time limit reads as a termination
         game_over = truncations | (infos["episode_frame_number"] < self.frames[part])
-        self.lives[part], self.frames[part] = infos["lives"], infos["episode_frame_number"]
+        self.frames[part] = infos["episode_frame_number"]
         self.serve[part] = terminations & ~game_over & self.fire
         if game_over.any():
             infos["final_info"] = {"episode": {"r": self.returns[part].copy(), "l": self.lengths[part].copy()}, "_episode": game_over}

@@ -280,10 +280,10 @@ def test_native_time_limit_ends_the_game_even_when_the_lives_count_drops():
     """VideoPinball awards extra lives. Cut at its time limit holding more lives than a new game starts
     with, the game restarts and the count drops, as at a lost life: it must still be logged, whole."""
     envs = native("tests.envs:ShortVideoPinball-v4", 2)  # 1,000 agent steps a game
-    envs.reset(seed=0)
+    _, infos = envs.reset(seed=0)
     rng = np.random.default_rng(0)
     for t in range(1000):
-        lives = envs.lives.copy()
+        lives = infos["lives"]
         _, _, terminations, truncations, infos = envs.step(rng.integers(envs.single_action_space.n, size=2))
         assert truncations.all() == (t == 999) and not terminations[truncations].any()
     assert (infos["lives"] < lives).any()  # the case in point: a restart that lowered the count
@@ -468,11 +468,11 @@ def test_native_game_over_on_a_lost_bonus_life_at_the_time_limit_is_logged_alone
     envs = native("tests.envs:ShortDemonAttack-v4", noop_max=0)
     raw, original = [], envs.vector_envs[0].recv
     envs.vector_envs[0].recv = lambda: raw.append(original()) or raw[-1]
-    envs.reset(seed=1)
+    _, infos = envs.reset(seed=1)
     actions = np.random.default_rng(0).integers(6, size=(6000, 8))[:, 1:2]
     ends = []
     for t in range(1000):
-        lives = envs.lives.copy()
+        lives = infos["lives"]
         _, _, terminations, truncations, infos = envs.step(actions[t])
         if t == 466:  # the case in point
             assert terminations[0] and not truncations[0] and lives[0] == 5 and infos["lives"][0] == 4
