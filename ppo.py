@@ -474,11 +474,10 @@ def init_distributed(args: Args, error, ckpt: Optional[dict]) -> tuple:
 
     # torchrun --max-restarts keeps its store across restarts: each attempt's keys go under a prefix of their own, or the
     # processes of a restart could read the addresses of the dead ones
-    # (the name is dropped: a start-up error's traceback would keep the store, and its threads, past the group's end)
+    # (no name holds the store: a start-up error's traceback would keep it, and its threads, past the group's end)
     attempt = f"attempt{os.environ.get('TORCHELASTIC_RESTART_COUNT', 0)}"
-    store = dist.PrefixStore(attempt, next(dist.rendezvous("env://"))[0])
-    dist.init_process_group("cpu:gloo,cuda:nccl" if cuda else "gloo", store=store, rank=rank, world_size=world_size)
-    del store
+    backend = "cpu:gloo,cuda:nccl" if cuda else "gloo"
+    dist.init_process_group(backend, store=dist.PrefixStore(attempt, next(dist.rendezvous("env://"))[0]), rank=rank, world_size=world_size)
     everyone = [None] * world_size
     dist.all_gather_object(everyone, (asdict(args), error))
     for name, value in everyone[0][0].items():
