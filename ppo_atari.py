@@ -185,13 +185,13 @@ class EpisodicLife(gym.Wrapper):
         return obs, reward, terminated or lost_life, truncated, info
 
     def reset(self, **kwargs):
-        (obs, info), over, self.next_life = self.next_life or (None, None), self.next_life is None, None
-        while over:  # a new game (its serve at a time limit shorter than the opening: another one, unlogged)
+        start, self.next_life = self.next_life, None  # (obs, info) where the unseen steps started the next life
+        while start is None:  # a new game (its serve at a time limit shorter than the opening: another one, unlogged)
             self.score, self.length = 0.0, 0
             obs, info, over = self.unseen(self.serve, *self.env.reset(**kwargs))
-            kwargs = {}
+            start, kwargs = None if over else (obs, info), {}
         self.lives = self.unwrapped.ale.lives()
-        return obs, info
+        return start
 
     def __getstate__(self):
         return {**self.__dict__, "emulator": (self.unwrapped.clone_state(include_rng=True), self.unwrapped.np_random)}
