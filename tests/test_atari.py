@@ -434,28 +434,20 @@ def test_every_game_is_logged_once_with_its_score_and_length(env_id, seed, monke
     ended_unseen, original_unseen = [], module.EpisodicLife.unseen
     monkeypatch.setattr(module.EpisodicLife, "unseen", lambda self, *a: ended_unseen.append(original_unseen(self, *a)) or ended_unseen[-1])
     envs = gym.vector.SyncVectorEnv([module.make_env(env_id, 0, False, "t")], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
-    emulator, games = envs.envs[0].unwrapped, [[]]  # every frame's reward, one list a game the emulator played
-    step, reset = emulator.step, emulator.reset
-
-    def record(action):
-        out = step(action)
-        games[-1].append(out[1])
-        return out
-
-    emulator.step = record
-    emulator.reset = lambda *, seed=None, options=None: games.append([]) or reset(seed=seed, options=options)
+    emulator = envs.envs[0].unwrapped
+    frames, starts, reset = record_steps(emulator), [], emulator.reset  # every frame; where each game's frames start
+    emulator.reset = lambda *, seed=None, options=None: starts.append(len(frames)) or reset(seed=seed, options=options)
     envs.reset(seed=seed)
-    games[:] = games[-1:]  # the first game starts here
     rng, logged, agent_steps = np.random.default_rng(seed), 0, 0
     while logged < 8:
         *_, infos = envs.step(rng.integers(envs.single_action_space.n, size=1))
         agent_steps += 1
         if "episode" in infos.get("final_info", {}):
             logged += 1
-            assert infos["final_info"]["episode"]["r"][0] == sum(games[logged - 1])
+            assert infos["final_info"]["episode"]["r"][0] == sum(r for _, _, r in frames[starts[logged - 1] : starts[logged]])
             assert infos["final_info"]["episode"]["l"][0] == agent_steps
             agent_steps = 0
-        assert len(games) == logged + 1  # every game that ended was logged, in the step that ended it
+        assert len(starts) == logged + 1  # every game that ended was logged, in the step that ended it
     if "Breakout" in env_id:
         assert any(over for *_, over in ended_unseen)  # the case in point: a game that ended in an unseen step
 
