@@ -89,6 +89,11 @@ def _worker(rank: int, world_size: int, port: int, script: str, argvs: list, cwd
     # references to the group besides `groups` (and getrefcount's argument) once the script is done: a group kept past
     # destroy_process_group keeps its gloo threads, which can free a collective's tensor during interpreter exit (SIGABRT)
     keep["group_held_elsewhere"] = sys.getrefcount(groups[0]) - 2 if groups else None
+    # and let go of it here, while the interpreter runs: the patched torch.distributed.init_process_group would keep
+    # `groups` (its closure) to interpreter exit, with the group's gloo threads alive while the interpreter tears down
+    # (a thread that needs the GIL then aborts the process: "terminate called without an active exception")
+    torch.distributed.init_process_group = original_init
+    groups.clear()
     if hasattr(g.get("envs"), "obs_rms"):  # ppo_continuous_action.py's running statistics
         keep["statistics"] = [(rms.mean, rms.var, rms.count) for rms in (g["envs"].obs_rms, g["envs"].return_rms)]
     if "agent" in g:
