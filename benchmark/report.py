@@ -1,15 +1,24 @@
-"""Summarize benchmark runs from their TensorBoard logs: a markdown table and a PNG of learning curves.
+"""Summarize benchmark runs: markdown tables with rliable's statistics and PNGs of learning curves and profiles.
 
     python benchmark/report.py benchmark/results/ppo/runs --title "ppo.py" --out benchmark/results/ppo/report
+    python benchmark/report.py benchmark/results/ppo_atari_1m_played/logs --out ... --compare ppo_atari ppo_atari__native
 
-Runs are grouped by env id and experiment name (the run directory is `{env_id}__{exp_name}__{seed}__{time}`).
-Per run: the mean return of its last 100 episodes, its wall time (first to last event) and its final SPS;
-the table gives mean ± std over seeds (std over seeds, ddof=0). With `--at 100000,300000,...`, a second table
-gives each run's mean of the last 100 episodes at the end of the first iteration at or past each of those steps:
-the figure the script printed for that iteration ("return X (last 100)").
+Runs come from TensorBoard run directories, `{env_id}__{exp_name}__{seed}__{time}` (the scripts' and sweep.py's),
+or from the scripts' stdout logs, `{script}[__{tag}]__{env_id}__{seed}.log` (run_many.sh's and sweep.py's), grouped
+by env id and experiment. A run's score: the mean return of its last 100 episodes (from a log: the last iteration's
+"return X (last 100)"). Per group, the table gives the interquartile mean (IQM) of the runs' scores with its 95%
+stratified-bootstrap confidence interval (rliable; with fewer than 4 runs the IQM is the mean) and, as CleanRL's
+tables do, mean ± std (ddof=0). Over the tasks of an experiment: the aggregate IQM, median and mean of normalized
+scores with CIs, and a performance profile (PREFIX_profile.png); NORMALIZATION says what each task is normalized
+by. `--compare A B`: the probability that experiment A improves on B, over the tasks both ran, with its CI. The
+learning curves are the IQM over runs with a 95% CI band. With `--at 100000,300000,...`, a table gives each run's
+mean of the last 100 episodes at the end of the first iteration at or past each of those steps: the figure the
+script printed for that iteration. Bootstraps are seeded (`--seed`): the same runs give the same intervals.
 """
 
 import argparse
+import re
+import warnings
 from collections import defaultdict
 from pathlib import Path
 
@@ -18,7 +27,42 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+import scipy.stats  # noqa: E402
+from rliable import library as rly  # noqa: E402
+from rliable import metrics, plot_utils  # noqa: E402
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
+
+# (low, high): a normalized score is (score - low) / (high - low).
+# Atari: random and human scores (the human-normalized score of Mnih et al. 2015; the values of Badia et al. 2020,
+# Agent57, which rliable's Atari data uses). Classic control: the lowest return the time limit allows, and
+# gymnasium's reward_threshold (1.0 = "solved"). MuJoCo: D4RL's random and expert reference returns (Fu et al. 2020).
+ATARI = {
+    "Asterix": (210.0, 8503.3),
+    "BeamRider": (363.9, 16926.5),
+    "Breakout": (1.7, 30.5),
+    "DemonAttack": (152.1, 1971.0),
+    "Enduro": (0.0, 860.5),
+    "MsPacman": (307.3, 6951.6),
+    "Pong": (-20.7, 14.6),
+    "Qbert": (163.9, 13455.0),
+    "Seaquest": (68.4, 42054.7),
+    "SpaceInvaders": (148.0, 1668.7),
+}
+NORMALIZATION = {
+    "CartPole-v1": (0.0, 475.0),
+    "CartPoleNoVel-v1": (0.0, 475.0),
+    "Acrobot-v1": (-500.0, -100.0),
+    "AcrobotNoVel-v1": (-500.0, -100.0),
+    "MountainCar-v0": (-200.0, -110.0),
+    "HalfCheetah-v5": (-280.178953, 12135.0),
+    "Hopper-v5": (-20.272305, 3234.3),
+    "Walker2d-v5": (1.629008, 4592.3),
+    "Ant-v5": (-325.6, 3879.7),
+}
+NORMALIZATION.update({f"{game}NoFrameskip-v4": bounds for game, bounds in ATARI.items()})
+NORMALIZATION.update({f"ALE/{game}-v5": bounds for game, bounds in ATARI.items()})
+# rliable seeds arch's bootstraps with a RandomState, which arch 7 still takes (and warns it will not)
+warnings.filterwarnings("ignore", message="random_state is deprecated", category=FutureWarning)
 
 
 def read_run(run_dir: Path) -> dict:
@@ -28,9 +72,14 @@ def read_run(run_dir: Path) -> dict:
     sps = events.Scalars("charts/SPS") if "charts/SPS" in tags else []
     walls = [e.wall_time for tag in tags for e in events.Scalars(tag)]
     iteration_steps = np.array([e.step for e in sps])  # SPS is logged once per iteration, at its last step
+    steps, values = np.array([e.step for e in returns]), np.array([e.value for e in returns])
+    # the mean of the last (up to) 100 episodes at each logged episode: the learning curve
+    smooth = np.array([values[max(0, i - 99) : i + 1].mean() for i in range(len(values))])
     return {
-        "steps": np.array([e.step for e in returns]),
-        "returns": np.array([e.value for e in returns]),
+        "steps": steps,
+        "returns": values,
+        "final": float(np.mean(values[-100:])) if len(values) else float("nan"),
+        "curve": (steps, smooth),
         "sps": sps[-1].value if sps else float("nan"),
         "wall": max(walls) - min(walls) if walls else float("nan"),
         "last_step": int(iteration_steps.max()) if sps else 0,
@@ -38,12 +87,38 @@ def read_run(run_dir: Path) -> dict:
     }
 
 
+LOG_LINE = re.compile(r"^iter \d+/\d+ step (\d+) SPS (\d+) return ([-\d.]+) \(last (\d+)\)", re.M)
+
+
+def read_log(path: Path) -> dict:
+    """A run from the script's stdout: each iteration's "step S SPS X return R (last k)" line (no episodes)."""
+    lines = [(int(step), int(sps), float(ret)) for step, sps, ret, _ in LOG_LINE.findall(path.read_text())]
+    steps = np.array([step for step, _, _ in lines])
+    means = np.array([ret for _, _, ret in lines])
+    return {
+        "final": float(means[-1]) if len(lines) else float("nan"),
+        "curve": (steps, means),
+        "sps": lines[-1][1] if lines else float("nan"),
+        "wall": float("nan"),
+        "last_step": int(steps[-1]) if len(lines) else 0,
+    }
+
+
 def collect(runs_dir: Path) -> dict:
-    """{(env_id, exp_name): {seed: run}} for every run directory with an event file."""
+    """{(env_id, exp_name): {seed: run}} for every run directory with an event file, or every run log."""
     groups = defaultdict(dict)
-    for event_file in sorted(runs_dir.rglob("events.out.tfevents.*")):
+    for log in sorted(runs_dir.rglob("*.log")):
+        *name, env_id, seed = log.stem.split("__")
+        if not name or not seed.isdigit():
+            continue
+        run = read_log(log)
+        if np.isfinite(run["final"]):
+            groups[(env_id.split(":")[-1], "__".join(name))][int(seed)] = run
+    for event_file in sorted(runs_dir.rglob("events.out.tfevents.*")):  # a run's events take the place of its log
         run_dir = event_file.parent
-        env_id, exp_name, seed, _ = str(run_dir.relative_to(runs_dir)).rsplit("__", 3)
+        parts = run_dir.relative_to(runs_dir).parts
+        parts = parts[len(parts) - parts[::-1].index("runs") :] if "runs" in parts else parts  # ALE/Pong-v5__... stays
+        env_id, exp_name, seed, _ = "/".join(parts).rsplit("__", 3)
         env_id = env_id.split(":")[-1]  # `ppo_rnn:CartPoleNoVel-v1` is the same task as `CartPoleNoVel-v1`
         run = read_run(run_dir)
         if len(run["returns"]):
@@ -84,74 +159,179 @@ def table_at(groups: dict, at: list) -> str:
     return "\n".join(lines)
 
 
-def table(groups: dict, threshold=None) -> str:
-    head = "| env | experiment | seeds | steps | return (last 100 episodes) | wall time (min) | SPS |"
-    rule = "|---|---|---|---|---|---|---|"
+def estimates(scores: dict, func, reps: int, seed: int) -> tuple:
+    """rliable's point estimates and 95% stratified-bootstrap CIs, seeded: rliable 1.2.0 draws the resampled runs from
+    numpy's global generator (its random_state reaches only arch's), so that generator is seeded here first."""
+    np.random.seed(seed)
+    return rly.get_interval_estimates(scores, func, reps=reps, random_state=np.random.RandomState(seed))
+
+
+def interval(scores: dict, func, reps: int, seed: int) -> dict:
+    """{key: (point, low, high)}: func's point estimate and 95% stratified-bootstrap CI for each key's
+    (runs x tasks) score matrix (a pair of matrices for the probability of improvement)."""
+    points, cis = estimates(scores, func, reps, seed)
+    return {key: (float(points[key][0]), float(cis[key][0][0]), float(cis[key][1][0])) for key in scores}
+
+
+def iqm(x: np.ndarray) -> np.ndarray:
+    return np.array([metrics.aggregate_iqm(x)])
+
+
+def curve_iqm(x: np.ndarray) -> np.ndarray:
+    """rliable's IQM at each point of (runs x tasks x points) curves, in one call: metrics.aggregate_iqm(x[..., t])."""
+    return scipy.stats.trim_mean(x.reshape(-1, x.shape[-1]), proportiontocut=0.25, axis=0)
+
+
+def group_iqms(groups: dict, reps: int, seed: int) -> dict:
+    """{(env_id, exp_name): (IQM, low, high)} of each group's final scores."""
+    scores = {key: np.array([[run["final"]] for _, run in sorted(runs.items())]) for key, runs in groups.items()}
+    return {key: interval({key: m}, iqm, reps, seed)[key] for key, m in scores.items()}
+
+
+def table(groups: dict, threshold=None, reps: int = 5000, seed: int = 0) -> str:
+    iqms = group_iqms(groups, reps, seed)
+    head = "| env | experiment | seeds | steps | IQM [95% CI] | mean ± std | wall time (min) | SPS |"
+    rule = "|---|---|---|---|---|---|---|---|"
     if threshold is not None:
         head += f" first step at mean ≥ {threshold:g} |"
         rule += "---|"
     lines = [head, rule]
     for (env_id, exp_name), runs in sorted(groups.items()):
-        finals = [np.mean(run["returns"][-100:]) for run in runs.values()]
+        finals = [run["final"] for run in runs.values()]
         walls = [run["wall"] / 60 for run in runs.values()]
         sps = [run["sps"] for run in runs.values()]
         steps = max(run["last_step"] for run in runs.values())
+        point, low, high = iqms[(env_id, exp_name)]
+        wall = "n/a" if np.isnan(walls).all() else f"{np.nanmean(walls):.1f}"
         line = (
-            f"| {env_id} | {exp_name} | {','.join(map(str, sorted(runs)))} | {steps:,} | "
-            f"{np.mean(finals):.2f} ± {np.std(finals):.2f} | {np.mean(walls):.1f} | {np.mean(sps):,.0f} |"
+            f"| {env_id} | {exp_name} | {','.join(map(str, sorted(runs)))} | {steps:,} | {point:.2f} [{low:.2f}, {high:.2f}] | "
+            f"{np.mean(finals):.2f} ± {np.std(finals):.2f} | {wall} | {np.mean(sps):,.0f} |"
         )
         if threshold is not None:
-            reached = [first_step_reaching(run, threshold) for run in runs.values()]
+            reached = [first_step_reaching(run, threshold) if "returns" in run else None for run in runs.values()]
             line += " " + ", ".join("never" if s is None else f"{s:,}" for s in reached) + " |"
         lines.append(line)
     return "\n".join(lines)
 
 
-def plot(groups: dict, title: str, path: Path):
+def normalized(groups: dict) -> dict:
+    """{exp_name: (tasks, runs x tasks matrix)} of normalized scores, for the experiments whose every task has a
+    normalization and the same number of runs (rliable's matrices); the others are left out."""
+    by_exp = defaultdict(dict)
+    for (env_id, exp_name), runs in groups.items():
+        by_exp[exp_name][env_id] = runs
+    out = {}
+    for exp_name, tasks in sorted(by_exp.items()):
+        counts = {len(runs) for runs in tasks.values()}
+        if not all(env_id in NORMALIZATION for env_id in tasks) or len(counts) != 1:
+            continue
+        names = sorted(tasks)
+        columns = []
+        for env_id in names:
+            low, high = NORMALIZATION[env_id]
+            columns.append([(run["final"] - low) / (high - low) for _, run in sorted(tasks[env_id].items())])
+        out[exp_name] = (names, np.array(columns).T)
+    return out
+
+
+def aggregate_table(scores: dict, reps: int, seed: int) -> str:
+    def three(x):
+        return np.array([metrics.aggregate_iqm(x), metrics.aggregate_median(x), metrics.aggregate_mean(x)])
+
+    lines = ["| experiment | tasks | runs per task | IQM [95% CI] | median [95% CI] | mean [95% CI] |", "|---|---|---|---|---|---|"]
+    for exp_name, (names, matrix) in scores.items():
+        points, cis = estimates({exp_name: matrix}, three, reps, seed)
+        cells = [f"{points[exp_name][i]:.3f} [{cis[exp_name][0][i]:.3f}, {cis[exp_name][1][i]:.3f}]" for i in range(3)]
+        lines.append(f"| {exp_name} | {', '.join(names)} | {matrix.shape[0]} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def compare(groups: dict, a: str, b: str, reps: int, seed: int) -> str:
+    """The probability that experiment a improves on b (rliable: over the tasks both ran, the chance that a random
+    run of a beats a random run of b on the same task, averaged over tasks), with its 95% CI."""
+    tasks = sorted({env for env, exp in groups if exp == a} & {env for env, exp in groups if exp == b})
+    if not tasks:
+        raise SystemExit(
+            f"error: experiments {a!r} and {b!r} have no task in common; the experiments: {', '.join(sorted({e for _, e in groups}))}"
+        )
+
+    def matrix(exp_name):  # runs x tasks; rliable pads nothing, so each task gives the experiment's fewest runs
+        n = min(len(groups[(env, exp_name)]) for env in tasks)
+        return np.array([[groups[(env, exp_name)][s]["final"] for s in sorted(groups[(env, exp_name)])[:n]] for env in tasks]).T
+
+    point, low, high = interval(
+        {f"{a},{b}": (matrix(a), matrix(b))}, lambda x, y: np.array([metrics.probability_of_improvement(x, y)]), reps, seed
+    )[f"{a},{b}"]
+    return f"P({a} > {b}) = {point:.3f} [{low:.3f}, {high:.3f}] (95% CI) over {', '.join(tasks)}"
+
+
+def plot_profiles(scores: dict, path: Path):
+    taus = np.linspace(-0.5, 2.0, 101)
+    np.random.seed(0)  # as in estimates()
+    dists, cis = rly.create_performance_profile({k: m for k, (_, m) in scores.items()}, taus, reps=2000)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    plot_utils.plot_performance_profiles(dists, taus, performance_profile_cis=cis, xlabel=r"normalized score $(\tau)$", ax=ax, legend=True)
+    ax.set_ylabel(r"fraction of runs with score $> \tau$")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def plot(groups: dict, title: str, path: Path, reps: int = 2000, seed: int = 0):
+    """Per env, each experiment's IQM over runs of the last-100 mean, with its 95% bootstrap CI, on 100 steps."""
     env_ids = sorted({env_id for env_id, _ in groups})
     fig, axes = plt.subplots(1, len(env_ids), figsize=(5 * len(env_ids), 3.8), squeeze=False)
     for ax, env_id in zip(axes[0], env_ids, strict=True):
         for (group_env, exp_name), runs in sorted(groups.items()):
             if group_env != env_id:
                 continue
-            grid = np.linspace(0, max(run["last_step"] for run in runs.values()), 200)
-            curves = []
-            for run in runs.values():
-                # mean of the last (up to) 100 episodes at each logged episode, then onto a common grid
-                smooth = np.array([run["returns"][max(0, i - 99) : i + 1].mean() for i in range(len(run["returns"]))])
-                curves.append(np.interp(grid, run["steps"], smooth))
-            mean, std = np.mean(curves, axis=0), np.std(curves, axis=0)
-            ax.plot(grid, mean, label=f"{exp_name} ({len(runs)} seeds)")
-            ax.fill_between(grid, mean - std, mean + std, alpha=0.2)
+            grid = np.linspace(0, max(run["last_step"] for run in runs.values()), 100)
+            curves = np.array([np.interp(grid, *run["curve"]) for run in runs.values()])  # runs x points
+            points, cis = estimates({exp_name: curves[:, None, :]}, curve_iqm, reps, seed)
+            ax.plot(grid, points[exp_name], label=f"{exp_name} ({len(runs)} runs)")
+            ax.fill_between(grid, cis[exp_name][0], cis[exp_name][1], alpha=0.2)
         ax.set_title(env_id)
         ax.set_xlabel("environment steps")
-        ax.set_ylabel("episodic return (last 100)")
+        ax.set_ylabel("episodic return (last 100), IQM")
         ax.legend(fontsize=8)
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("runs_dir", type=Path)
+    parser.add_argument("runs_dir", type=Path, help="a folder of run directories or run logs, searched at any depth")
     parser.add_argument("--title", default="")
     parser.add_argument("--out", type=Path, required=True, help="prefix of the .md and .png written")
     parser.add_argument("--threshold", type=float, default=None, help="add the first step reaching this mean")
     parser.add_argument("--at", default=None, help="comma-separated steps: add each run's mean of the last 100 there")
+    parser.add_argument("--compare", nargs=2, metavar=("A", "B"), default=None, help="P(experiment A improves on B)")
+    parser.add_argument("--reps", type=int, default=5000, help="bootstrap resamples (curves: 2,000)")
+    parser.add_argument("--seed", type=int, default=0, help="the bootstraps' random seed")
     args = parser.parse_args()
     groups = collect(args.runs_dir)
     if not groups:
         raise SystemExit(f"error: no runs with episodes under {args.runs_dir}")
-    markdown = f"### {args.title}\n\n{table(groups, args.threshold)}\n"
+    markdown = f"### {args.title}\n\n{table(groups, args.threshold, args.reps, args.seed)}\n"
+    scores = normalized(groups)
+    if scores:
+        markdown += f"\nNormalized scores over tasks (report.py's NORMALIZATION):\n\n{aggregate_table(scores, args.reps, args.seed)}\n"
+    if args.compare:
+        markdown += f"\n{compare(groups, *args.compare, args.reps, args.seed)}\n"
     if args.at:
         at = [int(float(s)) for s in args.at.split(",")]
         markdown += f"\nMean of the last 100 episodes at the end of the first iteration at or past each step:\n\n{table_at(groups, at)}\n"
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".md").write_text(markdown)
-    plot(groups, args.title, args.out.with_suffix(".png"))
+    plot(groups, args.title, args.out.with_suffix(".png"), seed=args.seed)
+    written = [args.out.with_suffix(".md"), args.out.with_suffix(".png")]
+    if scores:
+        written.append(args.out.parent / f"{args.out.name}_profile.png")
+        plot_profiles(scores, written[-1])
     print(markdown)
-    print(f"wrote {args.out.with_suffix('.md')} and {args.out.with_suffix('.png')}")
+    print("wrote " + ", ".join(map(str, written)))
 
 
 if __name__ == "__main__":

@@ -21,9 +21,8 @@ ppo_atari.py's native envs continue with fresh games (docs/checkpoints.md).
 
 import argparse
 import contextlib
+import importlib.util
 import io
-import os
-import runpy
 import shutil
 import signal
 import subprocess
@@ -62,7 +61,9 @@ class Run:
                 stderr=subprocess.STDOUT,
                 preexec_fn=lambda: signal.signal(signal.SIGUSR2, signal.SIG_IGN),
             )
-            code = self._child.wait()
+            while self._child.poll() is None:  # not wait(): checkpoint() waits for the child from a signal handler
+                time.sleep(0.2)
+            code = self._child.returncode
         if ending:  # no result: a requeued job runs again, its next attempt writes the result
             raise SystemExit(f"stopped by SIGTERM; the script saved {self.checkpoint_path}, which a new attempt resumes")
         if code != 0:
@@ -97,16 +98,19 @@ def check_runs(script: str, env_ids: list, script_args: list):
     for arg in script_args:
         if arg.split("=")[0].replace("_", "-") in SET_BY_THE_SWEEP:
             fail(f"the sweep sets {arg.split('=')[0]} itself; give env ids with --env-ids and seeds with --seeds")
-    module = runpy.run_path(str(ROOT / script), run_name="sweep_check")
+    spec = importlib.util.spec_from_file_location(f"sweep_check_{Path(script).stem}", ROOT / script)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # where tyro looks for Args' source
+    spec.loader.exec_module(module)
     for env_id in env_ids:
         stderr = io.StringIO()
         try:
             with contextlib.redirect_stderr(stderr):
-                args = tyro.cli(module["Args"], args=[*script_args, "--env-id", env_id], console_outputs=False)
-        except SystemExit:
+                args = tyro.cli(module.Args, args=[*script_args, "--env-id", env_id], console_outputs=False)
+        except (SystemExit, Exception):
             fail(f"{script} does not take the arguments {' '.join(script_args)!r}; see python {script} --help")
-        module["check_args"](args)
-        module["check_env"](args)
+        module.check_args(args)
+        module.check_env(args)
 
 
 def slurm_partitions() -> tuple:
@@ -140,9 +144,7 @@ def make_executor(args, folder: Path):
         fail(f"no partition {args.partition!r} on this cluster; pass one of {', '.join(partitions)}")
     executor = submitit.SlurmExecutor(folder=folder, max_num_timeout=args.max_requeues)
     options = dict(time=args.time, cpus_per_task=args.cpus, signal_delay_s=args.signal_delay, job_name="sweep")
-    options.update(
-        {k: v for k, v in dict(partition=args.partition, account=args.account, gpus_per_node=args.gpus or None).items() if v}
-    )
+    options.update({k: v for k, v in dict(partition=args.partition, account=args.account, gpus_per_node=args.gpus or None).items() if v})
     if args.mem is not None:
         options["mem"] = f"{args.mem}G"
     if args.jobs is not None:
@@ -179,6 +181,23 @@ def submit_local(executor, runs: list, jobs: int) -> list:
         else:
             time.sleep(0.2)
     return started
+
+
+FINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL", "DEADLINE")
+
+
+def settle(job, poll: float = 2.0, hold: float = 20.0):
+    """Wait for a Slurm job's result, or for a final state that lasts `hold` seconds: a requeued job passes through
+    CANCELLED or FAILED on its way back to PENDING, and submitit alone would take that for its end."""
+    since = None
+    while not job.paths.result_pickle.exists():
+        if job.watcher.get_state(job.job_id, mode="force").split()[0] in FINAL:
+            since = since or time.time()
+            if time.time() - since > hold:
+                return
+        else:
+            since = None
+        time.sleep(poll)
 
 
 def main(argv=None):
@@ -225,6 +244,8 @@ def main(argv=None):
     failed = 0
     for (env_id, seed, run), job in started:
         try:
+            if args.cluster == "slurm":
+                settle(job)
             job.result()
             print(f"job {job.job_id}: {env_id} seed {seed} finished")
         except Exception as e:  # noqa: BLE001  (a failed job is reported, the others still are)

@@ -45,9 +45,9 @@ def test_report_from_runs(tmp_path, capsys):
     (row,) = [line for line in out.with_suffix(".md").read_text().splitlines() if line.startswith("| CartPole-v1 | ppo | 1,2 |")]
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[:4] == ["CartPole-v1", "ppo", "1,2", "640"]
-    mean, std = map(float, cells[4].split(" ± "))
+    mean, std = map(float, cells[5].split(" ± "))
     groups = report.collect(tmp_path / "runs")
-    finals = [np.mean(r["returns"][-100:]) for r in groups[("CartPole-v1", "ppo")].values()]
+    finals = [r["final"] for r in groups[("CartPole-v1", "ppo")].values()]
     assert (mean, std) == (round(np.mean(finals), 2), round(np.std(finals), 2))
     assert out.with_suffix(".png").stat().st_size > 0
     # --at gives the figure each script printed at the end of the first iteration at or past the step
