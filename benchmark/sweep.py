@@ -48,7 +48,7 @@ class Run:
         self._child = None
 
     def __getstate__(self):  # the child process stays with the job that started it
-        return {k: v for k, v in self.__dict__.items() if k != "_child"} | {"_child": None}
+        return {**self.__dict__, "_child": None}
 
     def __call__(self) -> dict:
         ending = []  # Slurm's SIGTERM: the job ends (scancel, requeue, time limit); the script got it too and saves
@@ -81,18 +81,10 @@ class Run:
         return submitit.helpers.DelayedSubmission(Run(self.command, self.log, self.checkpoint_path))
 
 
-def exp_name_of(script: str, script_args: list) -> str:
-    for i, arg in enumerate(script_args):
-        if arg in ("--exp-name", "--exp_name") and i + 1 < len(script_args):
-            return script_args[i + 1]
-        if arg.startswith(("--exp-name=", "--exp_name=")):
-            return arg.split("=", 1)[1]
-    return Path(script).stem
-
-
-def check_runs(script: str, env_ids: list, script_args: list):
+def check_runs(script: str, env_ids: list, script_args: list) -> str:
     """The script's own start-up checks for each env id (its argument parser, check_args, check_env), here, before
-    anything is submitted: a bad argument or env id is one line now, not a failed job later."""
+    anything is submitted: a bad argument or env id is one line now, not a failed job later. Returns the runs'
+    exp_name, as the script parses it."""
     import tyro
 
     for arg in script_args:
@@ -103,14 +95,14 @@ def check_runs(script: str, env_ids: list, script_args: list):
     sys.modules[spec.name] = module  # where tyro looks for Args' source
     spec.loader.exec_module(module)
     for env_id in env_ids:
-        stderr = io.StringIO()
         try:
-            with contextlib.redirect_stderr(stderr):
+            with contextlib.redirect_stderr(io.StringIO()):
                 args = tyro.cli(module.Args, args=[*script_args, "--env-id", env_id], console_outputs=False)
         except (SystemExit, Exception):
             fail(f"{script} does not take the arguments {' '.join(script_args)!r}; see python {script} --help")
         module.check_args(args)
         module.check_env(args)
+    return args.exp_name
 
 
 def slurm_partitions() -> tuple:
@@ -121,7 +113,7 @@ def slurm_partitions() -> tuple:
         fail("sinfo did not answer in 60 s; is the Slurm controller up?")
     if out.returncode != 0:
         fail(f"sinfo failed ({out.stderr.strip().splitlines()[-1] if out.stderr.strip() else out.returncode}); is the Slurm controller up?")
-    names = [p.strip() for p in out.stdout.split()]
+    names = out.stdout.split()
     default = next((p.rstrip("*") for p in names if p.endswith("*")), None)
     return [p.rstrip("*") for p in names], default
 
@@ -153,9 +145,8 @@ def make_executor(args, folder: Path):
     return executor
 
 
-def plan(args, script_args: list) -> list:
+def plan(args, exp_name: str, script_args: list) -> list:
     """(env_id, seed, Run) for every run of the sweep, and the directories they write to."""
-    exp_name = exp_name_of(args.script, script_args)
     out = args.out.resolve()
     (out / "logs").mkdir(parents=True, exist_ok=True)
     runs = []
@@ -226,9 +217,9 @@ def main(argv=None):
         fail(f"unknown script {args.script!r}; the sweep runs one of {', '.join(SCRIPTS)}")
     if args.cluster == "local" and any(v is not None for v in (args.partition, args.account)):
         fail("--partition and --account are Slurm's; drop them, or use --cluster slurm")
-    check_runs(args.script, args.env_ids, script_args)
+    exp_name = check_runs(args.script, args.env_ids, script_args)
     executor = make_executor(args, args.out.resolve() / "submitit" / "%j")
-    runs = plan(args, script_args)
+    runs = plan(args, exp_name, script_args)
     for env_id, seed, run in runs:
         print(f"{env_id} seed {seed}: log {run.log}, checkpoint {run.checkpoint_path}")
     if args.cluster == "local":
