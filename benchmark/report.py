@@ -87,12 +87,12 @@ def read_run(run_dir: Path) -> dict:
     }
 
 
-LOG_LINE = re.compile(r"^iter \d+/\d+ step (\d+) SPS (\d+) return ([-\d.]+) \(last (\d+)\)", re.M)
+LOG_LINE = re.compile(r"^iter \d+/\d+ step (\d+) SPS (\d+) return ([-\d.]+) \(last \d+\)", re.M)
 
 
 def read_log(path: Path) -> dict:
     """A run from the script's stdout: each iteration's "step S SPS X return R (last k)" line (no episodes)."""
-    lines = [(int(step), int(sps), float(ret)) for step, sps, ret, _ in LOG_LINE.findall(path.read_text())]
+    lines = [(int(step), int(sps), float(ret)) for step, sps, ret in LOG_LINE.findall(path.read_text())]
     steps = np.array([step for step, _, _ in lines])
     means = np.array([ret for _, _, ret in lines])
     return {
@@ -208,8 +208,9 @@ def table(groups: dict, threshold=None, reps: int = 5000, seed: int = 0) -> str:
             f"{np.mean(finals):.2f} ± {np.std(finals):.2f} | {wall} | {np.mean(sps):,.0f} |"
         )
         if threshold is not None:
-            reached = [first_step_reaching(run, threshold) if "returns" in run else None for run in runs.values()]
-            line += " " + ", ".join("never" if s is None else f"{s:,}" for s in reached) + " |"
+            # a run read from its log has no episodes to count: n/a, not never
+            reached = [first_step_reaching(run, threshold) if "returns" in run else "n/a" for run in runs.values()]
+            line += " " + ", ".join("never" if s is None else s if s == "n/a" else f"{s:,}" for s in reached) + " |"
         lines.append(line)
     return "\n".join(lines)
 
@@ -265,12 +266,13 @@ def compare(groups: dict, a: str, b: str, reps: int, seed: int) -> str:
     return f"P({a} > {b}) = {point:.3f} [{low:.3f}, {high:.3f}] (95% CI) over {', '.join(tasks)}"
 
 
-def plot_profiles(scores: dict, path: Path):
+def plot_profiles(scores: dict, path: Path, seed: int):
     taus = np.linspace(-0.5, 2.0, 101)
-    np.random.seed(0)  # as in estimates()
+    np.random.seed(seed)  # as in estimates()
     dists, cis = rly.create_performance_profile({k: m for k, (_, m) in scores.items()}, taus, reps=2000)
     fig, ax = plt.subplots(figsize=(6, 4))
-    plot_utils.plot_performance_profiles(dists, taus, performance_profile_cis=cis, xlabel=r"normalized score $(\tau)$", ax=ax, legend=True)
+    plot_utils.plot_performance_profiles(dists, taus, performance_profile_cis=cis, xlabel=r"normalized score $(\tau)$", ax=ax)
+    ax.legend(ax.get_lines()[: len(dists)], list(dists), fontsize=8)  # rliable's own legend finds no labelled lines
     ax.set_ylabel(r"fraction of runs with score $> \tau$")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -329,7 +331,7 @@ def main():
     written = [args.out.with_suffix(".md"), args.out.with_suffix(".png")]
     if scores:
         written.append(args.out.parent / f"{args.out.name}_profile.png")
-        plot_profiles(scores, written[-1])
+        plot_profiles(scores, written[-1], args.seed)
     print(markdown)
     print("wrote " + ", ".join(map(str, written)))
 
