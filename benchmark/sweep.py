@@ -174,20 +174,16 @@ def submit_local(executor, runs: list, jobs: int) -> list:
     return started
 
 
-FINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL", "DEADLINE")
-
-
 def settle(job, poll: float = 2.0, hold: float = 20.0):
-    """Wait for a Slurm job's result, or for a final state that lasts `hold` seconds: a requeued job passes through
-    CANCELLED or FAILED on its way back to PENDING, and submitit alone would take that for its end."""
+    """Wait for a Slurm job's result, or for squeue to have stopped listing the job `hold` seconds ago. Not submitit's
+    watcher: it takes a job for finished, for good, the first time sacct shows a final state, and a requeued job passes
+    through one (CANCELLED, FAILED) on its way back to PENDING."""
     since = None
     while not job.paths.result_pickle.exists():
-        if job.watcher.get_state(job.job_id, mode="force").split()[0] in FINAL:
-            since = since or time.time()
-            if time.time() - since > hold:
-                return
-        else:
-            since = None
+        listed = subprocess.run(["squeue", "-h", "-j", job.job_id, "-o", "%T"], capture_output=True, text=True).stdout.strip()
+        since = None if listed else since or time.time()
+        if since is not None and time.time() - since > hold:
+            return
         time.sleep(poll)
 
 

@@ -177,7 +177,7 @@ def test_slurm_sweep_requeued_and_preempted_jobs_resume_exactly(slurm, tmp_path)
     requeued = set()
     while proc.poll() is None:  # Slurm holds a requeued job for two minutes: release it now
         for job in (first, second):
-            if squeue(slurm, job).startswith("PENDING") and "BeginTime" in squeue(slurm, job):
+            if squeue(slurm, job) == "PENDING BeginTime":
                 subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], env=slurm)
                 requeued.add(job)
         assert time.time() < deadline + 300, "the sweep did not end"
