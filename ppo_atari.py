@@ -351,7 +351,7 @@ def layer_init(layer: nn.Linear, std: float = np.sqrt(2), bias_const: float = 0.
 
 
 class Agent(nn.Module):
-    def __init__(self, envs: gym.vector.VectorEnv):
+    def __init__(self, envs: gym.vector.VectorEnv, args: Args):  # args: unused here (ppo_rnn.py's --cell)
         super().__init__()
         self.network = nn.Sequential(  # the Nature CNN (Mnih et al. 2015), shared by both heads
             layer_init(nn.Conv2d(4, 32, 8, stride=4)),
@@ -570,8 +570,10 @@ def start_up(args: Args, run_name: str) -> tuple:
         check_args(args)
         if args.resume is not None and args.eval_checkpoint is None and os.environ.get("RANK", "0") == "0":
             ckpt = load_checkpoint(args.resume, args)
+            defaults = asdict(Args())
             for name, value in asdict(args).items():  # a resumed run is the same run
-                if name not in MAY_CHANGE_ON_RESUME and ckpt["args"].get(name) != value:
+                # a field the checkpoint lacks (added to Args after it was saved) counts as its default
+                if name not in MAY_CHANGE_ON_RESUME and ckpt["args"].get(name, defaults[name]) != value:
                     fail(f"{args.resume!r} was trained with {name}={ckpt['args'].get(name)!r}, not {value!r}; pass the same value")
             processes = int(os.environ.get("WORLD_SIZE", 1))  # torchrun's count; init_distributed comes below
             if len(ckpt["ranks"]) != processes:
@@ -610,6 +612,16 @@ def load_checkpoint(path: str, args: Args) -> dict:
     if ckpt["args"]["env_id"] != args.env_id:
         fail(f"{path!r} was trained on {ckpt['args']['env_id']}; pass --env-id {ckpt['args']['env_id']}")
     return ckpt
+
+
+def load_agent(agent, ckpt: dict, path: str):
+    """The checkpoint's parameters into `agent`, or a one-line error when they do not fit its architecture."""
+    try:
+        agent.load_state_dict(ckpt["agent"])
+    except RuntimeError as e:  # missing, unexpected or differently shaped parameters
+        fail(
+            f"{path!r} does not fit this Agent ({str(e).splitlines()[0]}); it was saved by another version of {os.path.basename(__file__)} or an edited Agent"
+        )
 
 
 def moved(carry: tuple, to) -> tuple:
@@ -658,7 +670,7 @@ def restore(args: Args, ckpt: Optional[dict], rank: int, agent, optimizer, envs,
     if ckpt is None:
         return 0, 1, carry
     own = ckpt["ranks"][rank]  # this process's envs, carry and RNGs
-    agent.load_state_dict(ckpt["agent"])
+    load_agent(agent, ckpt, args.resume)
     optimizer.load_state_dict(ckpt["optimizer"])
     if own["normalization"] is not None:
         envs.normalization = own["normalization"]
@@ -699,8 +711,8 @@ def evaluate(args: Args, run_name: str, device: torch.device) -> list:
     envs = make_envs(trained, 1, run_name, rank=0)
     if ckpt["ranks"][0]["normalization"] is not None:
         envs.normalization = ckpt["ranks"][0]["normalization"]
-    agent = Agent(envs).to(device)
-    agent.load_state_dict(ckpt["agent"])
+    agent = Agent(envs, trained).to(device)
+    load_agent(agent, ckpt, args.eval_checkpoint)
     torch.manual_seed(args.seed)  # sampled actions: the same seed plays the same episodes
     obs, _ = envs.reset(seed=args.seed)
     done, memory = torch.zeros(1, device=device), None
@@ -936,7 +948,7 @@ if __name__ == "__main__":
     envs = make_envs(args, num_envs, run_name, rank)
 
     # AGENT AND OPTIMIZER
-    agent = Agent(envs).to(device)
+    agent = Agent(envs, args).to(device)
     broadcast_parameters(agent)
     graphs = args.cuda_graphs and device.type == "cuda"  # the recorded steps need Adam on the GPU, its learning rate there
     if args.cuda_graphs and not graphs and rank == 0:

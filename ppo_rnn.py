@@ -1,12 +1,14 @@
-"""Recurrent PPO (LSTM) for discrete actions and vector observations, on gymnasium 1.x.
+"""Recurrent PPO (LSTM or GRU) for discrete actions and vector observations, on gymnasium 1.x.
 
     python ppo_rnn.py                               # CartPoleNoVel-v1: CartPole without its velocities
     python ppo_rnn.py --env-id AcrobotNoVel-v1 --seed 2 --save-model
+    python ppo_rnn.py --env-id MemoryL30K2-v0 --cell gru   # recall one of 2 cues shown 30 steps earlier
     python ppo_rnn.py --eval-checkpoint runs/<run>/ppo_rnn.pt --eval-greedy
     python ppo.py --env-id ppo_rnn:CartPoleNoVel-v1 # the same masked task for the memoryless ppo.py
 
-`diff ppo.py ppo_rnn.py` is what memory adds: an LSTM state zeroed at episode starts and carried
-across rollouts; minibatches of whole env sequences, replayed from the rollout's initial state.
+`diff ppo.py ppo_rnn.py` is what memory adds: a recurrent state (LSTM: h and c; GRU: h) zeroed at
+episode starts and carried across rollouts; minibatches of whole env sequences, replayed from the
+rollout's initial state; the memory tasks (velocity-masked classic control, a cue to recall).
 
 Follows Schulman et al. 2017 (arXiv:1707.06347) and openai/baselines' ppo2 with every detail of
 "The 32 Implementation Details of PPO" (Huang and Dossa, 2020), corrected for gymnasium 1.x: no
@@ -27,7 +29,7 @@ import signal
 import time
 from collections import defaultdict, deque
 from dataclasses import asdict, dataclass
-from typing import Optional
+from typing import Literal, Optional
 
 import gymnasium as gym
 import numpy as np
@@ -112,6 +114,8 @@ class Args:
     """bootstrap gamma * V(final_obs) at time-limit truncations (off: treat them as termination)"""
     reward_scale: float = 0.1
     """rewards are multiplied by it for learning (logged returns are not): keeps the value loss from drowning the policy in the shared trunk"""
+    cell: Literal["lstm", "gru"] = "lstm"
+    """the recurrent cell: lstm (state h and c) or gru (state h alone: three gates instead of four, fewer parameters)"""
 
     batch_size: int = 0
     """the batch size (computed in runtime)"""
@@ -142,6 +146,46 @@ def make_masked(env_id: str, keep: list, **kwargs) -> gym.Env:
 for masked_id, env_id, keep in [("CartPoleNoVel-v1", "CartPole-v1", [0, 2]), ("AcrobotNoVel-v1", "Acrobot-v1", [0, 1, 2, 3])]:
     gym.registry.pop(masked_id, None)  # a second %run registers its own classes, so that checkpoints pickle them
     gym.register(masked_id, entry_point=make_masked, kwargs={"env_id": env_id, "keep": keep})
+
+
+class MemoryCue(gym.Env):
+    """How far back can the policy remember? The first observation shows one of `num_cues` cues (one-hot), the next
+    `length - 1` are blank, and the one after those asks (its last entry is 1): the action taken there earns +1 if it
+    is the cue's index, -1 otherwise, and ends the episode, which so lasts length + 1 steps (its time limit). Every
+    earlier action is ignored (reward 0). A memoryless policy sees the same question whatever the cue: mean return 0."""
+
+    def __init__(self, length: int = 10, num_cues: int = 2):
+        if length < 1 or num_cues < 2:
+            raise ValueError(f"MemoryCue needs length >= 1 and num_cues >= 2, got {length} and {num_cues}")
+        self.length, self.num_cues = length, num_cues
+        self.observation_space = gym.spaces.Box(0.0, 1.0, (num_cues + 1,), np.float32)
+        self.action_space = gym.spaces.Discrete(num_cues)
+
+    def observe(self) -> np.ndarray:
+        obs = np.zeros(self.num_cues + 1, dtype=np.float32)
+        if self.t == 0:
+            obs[self.cue] = 1.0
+        if self.t == self.length:
+            obs[-1] = 1.0
+        return obs
+
+    def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None):
+        super().reset(seed=seed)
+        self.cue, self.t = int(self.np_random.integers(self.num_cues)), 0
+        return self.observe(), {}
+
+    def step(self, action):
+        asked = self.t == self.length
+        self.t += 1
+        reward = (1.0 if int(action) == self.cue else -1.0) if asked else 0.0
+        return self.observe(), reward, asked, False, {}
+
+
+# MemoryL{length}K{num_cues}-v0; gym.make("MemoryL10K2-v0", length=L, num_cues=k) for any other L and k
+for length in (1, 3, 10, 30, 100, 300):
+    for num_cues in (2, 4):
+        gym.registry.pop(f"MemoryL{length}K{num_cues}-v0", None)
+        gym.register(f"MemoryL{length}K{num_cues}-v0", entry_point=MemoryCue, kwargs={"length": length, "num_cues": num_cues})
 
 
 def make_env(env_id: str, idx: int, capture_video: bool, run_name: str):
@@ -208,7 +252,7 @@ def layer_init(layer: nn.Linear, std: float = np.sqrt(2), bias_const: float = 0.
 
 
 class Agent(nn.Module):
-    def __init__(self, envs: gym.vector.VectorEnv):
+    def __init__(self, envs: gym.vector.VectorEnv, args: Args):
         super().__init__()
         obs_dim = int(np.prod(envs.single_observation_space.shape))
         self.network = nn.Sequential(
@@ -217,8 +261,8 @@ class Agent(nn.Module):
             layer_init(nn.Linear(64, 64)),
             nn.Tanh(),
         )
-        self.lstm = nn.LSTM(64, 128)
-        for name, param in self.lstm.named_parameters():
+        self.rnn = nn.LSTM(64, 128) if args.cell == "lstm" else nn.GRU(64, 128)
+        for name, param in self.rnn.named_parameters():
             if "bias" in name:
                 nn.init.constant_(param, 0)
             elif "weight" in name:
@@ -226,34 +270,40 @@ class Agent(nn.Module):
         self.actor = layer_init(nn.Linear(128, envs.single_action_space.n), std=0.01)
         self.critic = layer_init(nn.Linear(128, 1), std=1.0)
 
-    def get_states(self, x: torch.Tensor, lstm_state: tuple, done: torch.Tensor):
-        """Run the LSTM over time-major x of shape (T * B, *obs_shape) from lstm_state (each (1, B, H)),
+    def initial_state(self, num_envs: int, device: torch.device) -> tuple:
+        """The state of a new episode: (h, c) for an LSTM, (h,) for a GRU, each zeros of shape (1, num_envs, H)."""
+        return (torch.zeros(1, num_envs, self.rnn.hidden_size, device=device),) * (2 if isinstance(self.rnn, nn.LSTM) else 1)
+
+    def get_states(self, x: torch.Tensor, rnn_state: tuple, done: torch.Tensor):
+        """Run the recurrent cell over time-major x of shape (T * B, *obs_shape) from rnn_state (each (1, B, H)),
         zeroing the state of env b before step t where done[t, b] = 1 (a new episode starts)."""
-        batch_size = lstm_state[0].shape[1]
-        hidden = self.network(x).reshape((-1, batch_size, self.lstm.input_size))  # (T, B, 64)
+        batch_size = rnn_state[0].shape[1]
+        hidden = self.network(x).reshape((-1, batch_size, self.rnn.input_size))  # (T, B, 64)
         done = done.reshape((-1, batch_size))  # (T, B)
-        # one nn.LSTM call per stretch with no episode start inside it: same result as stepping
-        # one step at a time, but the replay of a 128-step sequence costs a few calls, not 128
+        # one nn.LSTM/nn.GRU call per stretch with no episode start inside it: same result as
+        # stepping one step at a time, but the replay of a 128-step sequence costs a few calls, not 128
         starts = [0] + (torch.nonzero(done[1:].any(dim=1)).flatten() + 1).tolist() + [len(done)]
         new_hidden = []
         for begin, end in zip(starts[:-1], starts[1:], strict=True):
             keep = (1.0 - done[begin]).view(1, -1, 1)
-            h, lstm_state = self.lstm(hidden[begin:end], (keep * lstm_state[0], keep * lstm_state[1]))
+            rnn_state = tuple(keep * s for s in rnn_state)
+            h, rnn_state = self.rnn(hidden[begin:end], rnn_state if len(rnn_state) == 2 else rnn_state[0])
+            rnn_state = rnn_state if isinstance(rnn_state, tuple) else (rnn_state,)  # nn.GRU's state is one tensor
             new_hidden.append(h)
-        return torch.cat(new_hidden).flatten(0, 1), lstm_state  # (T * B, H), ((1, B, H), (1, B, H))
+        return torch.cat(new_hidden).flatten(0, 1), rnn_state  # (T * B, H), ((1, B, H),) * (2 or 1)
 
-    def get_value(self, x: torch.Tensor, lstm_state: tuple, done: torch.Tensor) -> torch.Tensor:
-        hidden, _ = self.get_states(x, lstm_state, done)
+    def get_value(self, x: torch.Tensor, rnn_state: tuple, done: torch.Tensor) -> torch.Tensor:
+        hidden, _ = self.get_states(x, rnn_state, done)
         return self.critic(hidden).squeeze(-1)  # (T * B,)
 
-    def get_action_and_value(self, x: torch.Tensor, lstm_state: tuple, done: torch.Tensor, action: Optional[torch.Tensor] = None):
-        hidden, lstm_state = self.get_states(x, lstm_state, done)
+    def get_action_and_value(self, x: torch.Tensor, rnn_state: tuple, done: torch.Tensor, action: Optional[torch.Tensor] = None):
+        hidden, rnn_state = self.get_states(x, rnn_state, done)
         logits = self.actor(hidden)  # (T * B, n_actions)
         probs = Categorical(logits=logits, validate_args=False)
         if action is None:
             action = probs.sample()
         # (T * B,) action, (T * B,) log-prob, (T * B,) entropy, (T * B,) value, the state after x
-        return action, probs.log_prob(action), probs.entropy(), self.critic(hidden).squeeze(-1), lstm_state
+        return action, probs.log_prob(action), probs.entropy(), self.critic(hidden).squeeze(-1), rnn_state
 
 
 def compute_gae(rewards, values, dones, next_value, next_done, gamma: float, gae_lambda: float):
@@ -282,9 +332,9 @@ def policy_loss(advantages: torch.Tensor, ratio: torch.Tensor, clip_coef: float)
 
 def eval_action(agent: Agent, x: torch.Tensor, done: torch.Tensor, greedy: bool, memory=None) -> tuple:
     """The action an evaluation plays, the most likely one (greedy) or a sample, and what the policy remembers for the
-    next step (ppo_rnn.py: the LSTM state, reset where done = 1; None for a memoryless policy)."""
+    next step (ppo_rnn.py: the recurrent state, reset where done = 1; None for a memoryless policy)."""
     if memory is None:
-        memory = (torch.zeros(1, len(x), agent.lstm.hidden_size, device=x.device),) * 2
+        memory = agent.initial_state(len(x), x.device)
     hidden, memory = agent.get_states(x, memory, done)
     return (agent.actor(hidden).argmax(dim=1) if greedy else Categorical(logits=agent.actor(hidden)).sample()), memory
 
@@ -360,8 +410,10 @@ def start_up(args: Args, run_name: str) -> tuple:
         check_args(args)
         if args.resume is not None and args.eval_checkpoint is None and os.environ.get("RANK", "0") == "0":
             ckpt = load_checkpoint(args.resume, args)
+            defaults = asdict(Args())
             for name, value in asdict(args).items():  # a resumed run is the same run
-                if name not in MAY_CHANGE_ON_RESUME and ckpt["args"].get(name) != value:
+                # a field the checkpoint lacks (added to Args after it was saved) counts as its default
+                if name not in MAY_CHANGE_ON_RESUME and ckpt["args"].get(name, defaults[name]) != value:
                     fail(f"{args.resume!r} was trained with {name}={ckpt['args'].get(name)!r}, not {value!r}; pass the same value")
             processes = int(os.environ.get("WORLD_SIZE", 1))  # torchrun's count; init_distributed comes below
             if len(ckpt["ranks"]) != processes:
@@ -400,6 +452,16 @@ def load_checkpoint(path: str, args: Args) -> dict:
     if ckpt["args"]["env_id"] != args.env_id:
         fail(f"{path!r} was trained on {ckpt['args']['env_id']}; pass --env-id {ckpt['args']['env_id']}")
     return ckpt
+
+
+def load_agent(agent, ckpt: dict, path: str):
+    """The checkpoint's parameters into `agent`, or a one-line error when they do not fit its architecture."""
+    try:
+        agent.load_state_dict(ckpt["agent"])
+    except RuntimeError as e:  # missing, unexpected or differently shaped parameters
+        fail(
+            f"{path!r} does not fit this Agent ({str(e).splitlines()[0]}); it was saved by another version of {os.path.basename(__file__)} or an edited Agent"
+        )
 
 
 def moved(carry: tuple, to) -> tuple:
@@ -448,7 +510,7 @@ def restore(args: Args, ckpt: Optional[dict], rank: int, agent, optimizer, envs,
     if ckpt is None:
         return 0, 1, carry
     own = ckpt["ranks"][rank]  # this process's envs, carry and RNGs
-    agent.load_state_dict(ckpt["agent"])
+    load_agent(agent, ckpt, args.resume)
     optimizer.load_state_dict(ckpt["optimizer"])
     if own["normalization"] is not None:
         envs.normalization = own["normalization"]
@@ -489,8 +551,8 @@ def evaluate(args: Args, run_name: str, device: torch.device) -> list:
     envs = make_envs(trained, 1, run_name, rank=0)
     if ckpt["ranks"][0]["normalization"] is not None:
         envs.normalization = ckpt["ranks"][0]["normalization"]
-    agent = Agent(envs).to(device)
-    agent.load_state_dict(ckpt["agent"])
+    agent = Agent(envs, trained).to(device)
+    load_agent(agent, ckpt, args.eval_checkpoint)
     torch.manual_seed(args.seed)  # sampled actions: the same seed plays the same episodes
     obs, _ = envs.reset(seed=args.seed)
     done, memory = torch.zeros(1, device=device), None
@@ -728,7 +790,7 @@ if __name__ == "__main__":
     envs = make_envs(args, num_envs, run_name, rank)
 
     # AGENT AND OPTIMIZER
-    agent = Agent(envs).to(device)
+    agent = Agent(envs, args).to(device)
     broadcast_parameters(agent)
     optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, foreach=True)
 
@@ -747,10 +809,10 @@ if __name__ == "__main__":
     envs.action_space.seed(args.seed + rank)
     next_obs = torch.as_tensor(next_obs_np, dtype=obs.dtype, device=device)  # (num_envs, *obs_shape)
     next_done = torch.zeros(num_envs, device=device)  # (num_envs,)
-    next_lstm_state = (torch.zeros(1, num_envs, agent.lstm.hidden_size, device=device),) * 2  # (h, c), each (1, num_envs, H)
+    next_rnn_state = agent.initial_state(num_envs, device)  # LSTM (h, c), GRU (h,), each (1, num_envs, H)
     # --resume: the checkpoint's agent, optimizer, counters, RNGs and envs mid-episode replace the fresh ones
-    global_step, start_iteration, (next_obs, next_done, next_lstm_state) = restore(
-        args, ckpt, rank, agent, optimizer, envs, (next_obs, next_done, next_lstm_state)
+    global_step, start_iteration, (next_obs, next_done, next_rnn_state) = restore(
+        args, ckpt, rank, agent, optimizer, envs, (next_obs, next_done, next_rnn_state)
     )
     recent_returns = deque(maxlen=100)
     finished = []  # (global_step, return, length) of this process's episodes since the last log
@@ -758,7 +820,7 @@ if __name__ == "__main__":
     checkpoint, nan_message = None, None  # checkpoint: the state after the last whole iteration, what --save-model writes
     model_path = f"{args.run_dir}/{args.exp_name}.pt"
     if args.save_model:
-        checkpoint = make_checkpoint(args, agent, optimizer, envs, global_step, start_iteration - 1, (next_obs, next_done, next_lstm_state))
+        checkpoint = make_checkpoint(args, agent, optimizer, envs, global_step, start_iteration - 1, (next_obs, next_done, next_rnn_state))
     start_time, start_step = time.time(), global_step
     saved_at = start_time  # the last periodic write of the checkpoint
     iteration = start_iteration - 1
@@ -768,7 +830,7 @@ if __name__ == "__main__":
             if args.anneal_lr:
                 frac = 1.0 - (iteration - 1.0) / args.num_iterations
                 optimizer.param_groups[0]["lr"] = frac * args.learning_rate
-            initial_lstm_state = (next_lstm_state[0].clone(), next_lstm_state[1].clone())  # training replays from here
+            initial_rnn_state = tuple(s.clone() for s in next_rnn_state)  # training replays from here
 
             # ROLLOUT
             for step in range(0, args.num_steps):
@@ -776,7 +838,7 @@ if __name__ == "__main__":
                 obs[step] = next_obs
                 dones[step] = next_done
                 with torch.inference_mode():
-                    action, logprob, _, value, next_lstm_state = agent.get_action_and_value(next_obs, next_lstm_state, next_done)
+                    action, logprob, _, value, next_rnn_state = agent.get_action_and_value(next_obs, next_rnn_state, next_done)
                 values[step] = value
                 actions[step] = action
                 logprobs[step] = logprob
@@ -790,7 +852,7 @@ if __name__ == "__main__":
                         final_obs = torch.as_tensor(np.stack(infos["final_obs"][trunc]), dtype=obs.dtype, device=device)
                         with torch.inference_mode():
                             # the final observation continues its episode: the state after step t, no reset
-                            final_state = (next_lstm_state[0][:, trunc], next_lstm_state[1][:, trunc])
+                            final_state = tuple(s[:, trunc] for s in next_rnn_state)
                             final_value = agent.get_value(final_obs, final_state, torch.zeros(len(trunc), device=device))
                             reward[trunc] += args.gamma * final_value.cpu().numpy()
                 rewards[step] = torch.as_tensor(reward, device=device)
@@ -804,7 +866,7 @@ if __name__ == "__main__":
 
             # ADVANTAGES
             with torch.inference_mode():
-                next_value = agent.get_value(next_obs, next_lstm_state, next_done)
+                next_value = agent.get_value(next_obs, next_rnn_state, next_done)
             advantages, returns = compute_gae(rewards, values, dones, next_value, next_done, args.gamma, args.gae_lambda)
 
             # FLATTEN
@@ -828,7 +890,7 @@ if __name__ == "__main__":
                     mbenvinds = envinds[start : start + envsperbatch]
                     mb_inds = flatinds[:, mbenvinds].ravel()  # whole sequences of these envs, time-major
 
-                    mb_state = (initial_lstm_state[0][:, mbenvinds], initial_lstm_state[1][:, mbenvinds])
+                    mb_state = tuple(s[:, mbenvinds] for s in initial_rnn_state)
                     _, newlogprob, entropy, newvalue, _ = agent.get_action_and_value(
                         b_obs[mb_inds], mb_state, b_dones[mb_inds], b_actions[mb_inds]
                     )
@@ -904,7 +966,7 @@ if __name__ == "__main__":
                     f"return {recent} (last {len(recent_returns)}) ETA {eta // 60:.0f}m{eta % 60:02.0f}s"
                 )
             if args.save_model:
-                checkpoint = make_checkpoint(args, agent, optimizer, envs, global_step, iteration, (next_obs, next_done, next_lstm_state))
+                checkpoint = make_checkpoint(args, agent, optimizer, envs, global_step, iteration, (next_obs, next_done, next_rnn_state))
                 if time.time() - saved_at >= 60 * args.save_every:  # a killed run loses at most this much
                     saved_at = save_checkpoint(checkpoint, model_path, rank, final=False)
     except KeyboardInterrupt:

@@ -40,7 +40,7 @@ def measure(script: str, overrides: dict, repeats: int, directory: str) -> tuple
     module = load(script)
     args = module.Args(cuda=False, **overrides)
     envs = module.make_envs(args, args.num_envs, "checkpoint_cost", 0)
-    agent = module.Agent(envs)
+    agent = module.Agent(envs, args)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
     obs, _ = envs.reset(seed=1)
     for _ in range(20):  # mid-episode envs

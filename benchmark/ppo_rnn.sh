@@ -1,10 +1,21 @@
 #!/usr/bin/env bash
-# Partially observable classic control (velocities masked), 500k steps, seeds 1-3: ppo_rnn.py and,
-# on the same tasks, the memoryless ppo.py (its default settings); then one report for both.
-# usage: bash benchmark/ppo_rnn.sh   (JOBS=1 for one run at a time)
+# Memory, seeds 1-3, 500k steps: ppo_rnn.py with each cell (LSTM, the default; GRU) on the velocity-masked tasks and
+# on the cue-recall task MemoryL{L}K2-v0 at L = 10, 30, 100; the memoryless ppo.py on the same tasks (its default
+# settings) as the baseline; then CartPoleNoVel-v1's 100k-step checkpoints of both cells evaluated greedily; one report.
+# usage: bash benchmark/ppo_rnn.sh   (JOBS=1 for one run at a time; about an hour on 2 cores)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=benchmark/results/ppo_rnn
-bash benchmark/run_many.sh ppo_rnn.py "$out" "CartPoleNoVel-v1 AcrobotNoVel-v1" "1 2 3" --total-timesteps 500000
-bash benchmark/run_many.sh ppo.py "$out" "ppo_rnn:CartPoleNoVel-v1 ppo_rnn:AcrobotNoVel-v1" "1 2 3" --total-timesteps 500000
-python benchmark/report.py "$out/runs" --title "velocity-masked classic control, 500k steps" --threshold 475 --out "$out/report"
+tasks="MemoryL10K2-v0 MemoryL30K2-v0 MemoryL100K2-v0 CartPoleNoVel-v1 AcrobotNoVel-v1"
+bash benchmark/run_many.sh ppo_rnn.py "$out" "$tasks" "1 2 3" --total-timesteps 500000
+TAG=gru bash benchmark/run_many.sh ppo_rnn.py "$out" "$tasks" "1 2 3" --total-timesteps 500000 --cell gru --exp-name ppo_rnn_gru
+bash benchmark/run_many.sh ppo.py "$out" "$(printf 'ppo_rnn:%s ' $tasks)" "1 2 3" --total-timesteps 500000
+for cell in lstm gru; do
+  TAG=${cell}_100k bash benchmark/run_many.sh ppo_rnn.py "$out" CartPoleNoVel-v1 "1 2 3" --total-timesteps 100000 --cell $cell \
+    --exp-name ppo_rnn_${cell}_100k --save-model
+done
+for ckpt in "$out"/runs/CartPoleNoVel-v1__ppo_rnn_*_100k__*/*.pt; do
+  echo "$(basename "$(dirname "$ckpt")" | awk -F__ '{print $1, $2, "seed", $3}') | $(python ppo_rnn.py --eval-checkpoint "$ckpt" --eval-episodes 10 --eval-greedy --no-cuda | tail -n 1)"
+done | tee "$out/eval_100k.txt"
+python benchmark/report.py "$out/runs" --title "memory tasks, 500k steps (100k: the checkpoints evaluated in eval_100k.txt)" \
+  --threshold solved --success --out "$out/report"

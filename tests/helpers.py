@@ -17,6 +17,10 @@ from gymnasium.vector import SyncVectorEnv
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ["ppo.py", "ppo_rnn.py", "ppo_continuous_action.py", "ppo_atari.py"]
 TOY_SCRIPTS = [s for s in SCRIPTS if s != "ppo_atari.py"]  # the scripts that can run the tests' own envs (tests.envs)
+# ppo_rnn.py with its other recurrent cell: the tests of whole runs (training, resume, signals, errors, evaluation,
+# torchrun, CUDA) take it as one more script; run(), cli(), load() and the tables below understand it
+GRU = "ppo_rnn.py --cell gru"
+VARIANTS = [*SCRIPTS, GRU]
 TINY = ["--num-envs", "2", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "2"]
 # a real env of each script's kind whose episodes end within a few dozen steps of random play
 QUICK_ENV = {
@@ -24,6 +28,7 @@ QUICK_ENV = {
     "ppo_rnn.py": "CartPoleNoVel-v1",
     "ppo_continuous_action.py": "Hopper-v5",
     "ppo_atari.py": "BreakoutNoFrameskip-v4",
+    GRU: "CartPoleNoVel-v1",
 }
 # another env of the same kind, for checkpoints trained on a different env
 OTHER_ENV = {
@@ -31,13 +36,20 @@ OTHER_ENV = {
     "ppo_rnn.py": "Acrobot-v1",
     "ppo_continuous_action.py": "Pendulum-v1",
     "ppo_atari.py": "PongNoFrameskip-v4",
+    GRU: "Acrobot-v1",
 }
 
 # the vector env class and method a script's rollout calls once a step (ppo_atari.py: ale-py's native env, its recv)
-STEP_CLASS = {s: AtariVectorEnv if s == "ppo_atari.py" else SyncVectorEnv for s in SCRIPTS}
-STEP_METHOD = {s: "recv" if s == "ppo_atari.py" else "step" for s in SCRIPTS}
+STEP_CLASS = {s: AtariVectorEnv if s == "ppo_atari.py" else SyncVectorEnv for s in VARIANTS}
+STEP_METHOD = {s: "recv" if s == "ppo_atari.py" else "step" for s in VARIANTS}
 # flags that make a script's envs pickle with their state, for exact resume
-EXACT_RESUME = {s: ["--no-native-envs"] if s == "ppo_atari.py" else [] for s in SCRIPTS}
+EXACT_RESUME = {s: ["--no-native-envs"] if s == "ppo_atari.py" else [] for s in VARIANTS}
+
+
+def command(script: str) -> tuple:
+    """(the script's path, the flags of its variant): GRU is ppo_rnn.py with --cell gru."""
+    name, *flags = script.split()
+    return ROOT / name, flags
 
 
 def toy(script: str, name: str) -> str:
@@ -52,7 +64,8 @@ def plain(script: str) -> list:
 
 def load(script: str):
     """Import a script's definitions (its __main__ guard keeps training from running)."""
-    spec = importlib.util.spec_from_file_location(Path(script).stem + "_under_test", ROOT / script)
+    path, _ = command(script)
+    spec = importlib.util.spec_from_file_location(path.stem + "_under_test", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # so that what the script defines (env wrappers) pickles
     spec.loader.exec_module(module)
@@ -67,11 +80,12 @@ def on_cpu(argv) -> list:
 def run(script: str, *argv: str, cwd) -> dict:
     """Run a script in this process, in `cwd`, and return its globals (what `%run` leaves)."""
     old_argv, old_cwd = sys.argv, os.getcwd()
-    sys.argv = [script, *on_cpu(argv)]
+    path, flags = command(script)
+    sys.argv = [path.name, *on_cpu([*flags, *argv])]
     Path(cwd).mkdir(parents=True, exist_ok=True)
     os.chdir(cwd)
     try:
-        return runpy.run_path(str(ROOT / script), run_name="__main__")
+        return runpy.run_path(str(path), run_name="__main__")
     finally:
         sys.argv = old_argv
         os.chdir(old_cwd)
@@ -89,8 +103,9 @@ def error_of(script: str, *argv: str, cwd) -> str:
 def cli(script: str, *argv: str, cwd, env=None, timeout=600, via=()) -> subprocess.CompletedProcess:
     """Run a script as a subprocess in `cwd` (through a tool and its flags given in `via`, such as benchmark/phases.py)."""
     full_env = {**os.environ, "PYTHONPATH": python_path(), "WANDB_MODE": "offline", **(env or {})}
+    path, flags = command(script)
     return subprocess.run(
-        [sys.executable, *via, str(ROOT / script), *on_cpu(argv)],
+        [sys.executable, *via, str(path), *on_cpu([*flags, *argv])],
         cwd=cwd,
         env=full_env,
         capture_output=True,

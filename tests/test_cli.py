@@ -6,7 +6,7 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from tests.helpers import OTHER_ENV, QUICK_ENV, SCRIPTS, TINY, checkpoint_path, cli, error_of, load, run
+from tests.helpers import GRU, OTHER_ENV, QUICK_ENV, SCRIPTS, TINY, VARIANTS, checkpoint_path, cli, command, error_of, load, run
 
 TAGS = [
     "charts/episodic_return",
@@ -82,10 +82,11 @@ DOMAIN_FIELD = {
     "ppo_rnn.py": (["--reward-scale", "0.5"], "reward_scale=0.1"),
     "ppo_continuous_action.py": (["--no-norm-reward"], "norm_reward=True"),
     "ppo_atari.py": (["--no-native-envs"], "native_envs=True"),
+    GRU: (["--cell", "lstm"], "cell='gru'"),
 }
 
 
-@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("script", VARIANTS)
 def test_bad_checkpoints(script, tmp_path):
     (tmp_path / "corrupt.pt").write_bytes(b"not a checkpoint at all")
     assert "could not be read" in error_of(script, "--eval-checkpoint", "corrupt.pt", cwd=tmp_path)
@@ -112,13 +113,13 @@ def test_bad_checkpoints(script, tmp_path):
     for label, older in (("1", {k: v for k, v in ckpt.items() if k != "format"}), ("0", {**ckpt, "format": 0})):
         torch.save(older, tmp_path / "older.pt")  # a checkpoint of another format: no shim, a one-line error
         for argv in (["--eval-checkpoint", "older.pt"], [*resume[:-1], "older.pt"]):
-            assert f"has checkpoint format {label}, this {script} reads format 2" in error_of(
+            assert f"has checkpoint format {label}, this {command(script)[0].name} reads format 2" in error_of(
                 script, "--env-id", other, *argv, cwd=tmp_path
             )
     run(script, *resume, *(["--env-threads", "1"] if script == "ppo_atari.py" else []), cwd=tmp_path)  # the same settings resume
 
 
-@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("script", VARIANTS)
 def test_errors_in_a_terminal_have_no_traceback(script, tmp_path):
     for argv in (["--env-id", "NoSuchEnv-v0"], ["--env-id", "foo:Bar-v0"], ["--eval-checkpoint", "missing.pt"]):
         result = cli(script, *argv, cwd=tmp_path)
@@ -126,7 +127,7 @@ def test_errors_in_a_terminal_have_no_traceback(script, tmp_path):
         assert len(result.stderr.strip().splitlines()) == 1 and result.stderr.startswith("error: ")
 
 
-@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("script", VARIANTS)
 def test_cli_smoke_logs_every_tag_video_and_wandb(script, tmp_path):
     """One run with every output on, as a researcher tracks a run: progress lines, every TensorBoard tag,
     a video, an offline wandb run (one subprocess for all of it: each start imports torch afresh)."""
@@ -144,7 +145,7 @@ def test_cli_smoke_logs_every_tag_video_and_wandb(script, tmp_path):
     assert list(tmp_path.glob("wandb/offline-run-*/run-*.wandb"))
 
 
-@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("script", VARIANTS)
 def test_save_then_evaluate(script, tmp_path):
     env = ["--env-id", QUICK_ENV[script]]
     result = cli(script, *env, *TINY, "--total-timesteps", "2048", "--save-model", cwd=tmp_path)

@@ -86,7 +86,7 @@ def test_gaussian_is_torch_normal_bit_for_bit():
     module = load(SCRIPT)
     envs = gym.vector.SyncVectorEnv([lambda: gym.make("Hopper-v5")] * 2)
     torch.manual_seed(3)
-    agent = module.Agent(envs)
+    agent = module.Agent(envs, module.Args())
     with torch.no_grad():
         agent.actor_logstd.copy_(torch.randn_like(agent.actor_logstd))
     x = torch.randn(16, envs.single_observation_space.shape[0])

@@ -13,8 +13,8 @@ from tests.helpers import (
     EXACT_RESUME,
     QUICK_ENV,
     ROOT,
-    SCRIPTS,
     TINY,
+    VARIANTS,
     checkpoint_path,
     cli,
     interrupt_at_call,
@@ -33,7 +33,7 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA d
 CUDA_LOGPROB_BOUND = 1e-4
 
 
-@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("script", VARIANTS)
 def test_trains_on_cuda_and_saves(script, tmp_path):
     result = cli(script, "--env-id", QUICK_ENV[script], *TINY, "--total-timesteps", "640", "--save-model", "--cuda", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -42,7 +42,7 @@ def test_trains_on_cuda_and_saves(script, tmp_path):
     assert ckpt["ranks"][0]["rng"]["cuda"] is not None and all(torch.isfinite(p).all() for p in ckpt["agent"].values())
 
 
-@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("script", VARIANTS)
 def test_same_seed_same_parameters_on_cuda(script, tmp_path):
     argv = [*TINY, "--total-timesteps", "320", "--cuda"]
     a = run(script, *argv, "--seed", "3", cwd=tmp_path)["agent"]
@@ -52,7 +52,7 @@ def test_same_seed_same_parameters_on_cuda(script, tmp_path):
     assert same_params(params(a), params(b)) and not same_params(params(a), params(c))
 
 
-@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("script", VARIANTS)
 def test_interrupted_then_resumed_equals_uninterrupted_on_cuda(script, tmp_path, monkeypatch):
     argv = [*TINY, "--total-timesteps", "320", "--save-model", "--cuda", *EXACT_RESUME[script]]
     straight = params(run(script, *argv, cwd=tmp_path / "a")["agent"])
@@ -64,7 +64,7 @@ def test_interrupted_then_resumed_equals_uninterrupted_on_cuda(script, tmp_path,
     assert same_params(straight, params(resumed["agent"]))
 
 
-@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("script", VARIANTS)
 @pytest.mark.parametrize("iteration", [1, 2])
 def test_first_minibatch_ratio_is_one_within_a_bound_on_cuda(script, iteration, tmp_path, monkeypatch):
     interrupt_at_call(monkeypatch, torch.optim.Adam, "step", 1 + 8 * (iteration - 1))  # 4 epochs x 2 minibatches
@@ -78,7 +78,7 @@ def test_first_minibatch_ratio_is_one_within_a_bound_on_cuda(script, iteration, 
     assert (ratio - 1).abs().max().item() <= 2 * CUDA_LOGPROB_BOUND
 
 
-@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("script", VARIANTS)
 @pytest.mark.parametrize("train,evaluate", [("--cuda", "--no-cuda"), ("--no-cuda", "--cuda")])
 def test_checkpoint_evaluates_on_the_other_device(script, train, evaluate, tmp_path):
     env = ["--env-id", QUICK_ENV[script]]
@@ -118,7 +118,7 @@ def test_cuda_graph_update_step_equals_the_eager_one(monkeypatch):
     runs = []
     for graphed in (False, True):
         torch.manual_seed(1)
-        agent = module.Agent(envs).cuda()
+        agent = module.Agent(envs, module.Args()).cuda()
         lr = torch.tensor(2.5e-4, device="cuda")
         optimizer = torch.optim.Adam(agent.parameters(), lr=lr, eps=1e-5, fused=True, capturable=True)
         step = module.CudaGraph(module.update_minibatch) if graphed else module.update_minibatch

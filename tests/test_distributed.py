@@ -18,7 +18,7 @@ import torch.nn as nn
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from tests.distributed import free_port, run_distributed
-from tests.helpers import EXACT_RESUME, QUICK_ENV, ROOT, SCRIPTS, error_of, load, popen_interruptible, python_path
+from tests.helpers import EXACT_RESUME, GRU, QUICK_ENV, ROOT, VARIANTS, command, error_of, load, popen_interruptible, python_path
 
 # 4 envs in all, 2 per process; a minibatch of 32 samples (16 per process); ppo_rnn.py: one env per process's minibatch share
 SMALL_STEPS = 16
@@ -29,7 +29,7 @@ def env_args(script: str) -> list:
     return ["--env-id", QUICK_ENV[script]]
 
 
-@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("script", VARIANTS)
 def test_resume_under_torchrun_equals_uninterrupted_and_ranks_agree(script, tmp_path):
     """2 processes, 5 iterations straight, against Ctrl-C in iteration 3 then --resume: the same
     parameters on every rank, and the same as the run that never stopped."""
@@ -58,19 +58,20 @@ def test_resume_under_torchrun_equals_uninterrupted_and_ranks_agree(script, tmp_
 def reference_gradients(script: str, records: list) -> list:
     """The gradients one process computes on the union of the ranks' minibatches from the same parameters:
     advantages normalized over the union, clipped surrogate, clipped value loss, entropy, norm clipped."""
-    module, args = load(script), load(script).Args()
+    module = load(script)
+    args = module.Args(cell=command(script)[1][-1]) if script == GRU else module.Args()
     envs = gym.vector.SyncVectorEnv([module.make_env(QUICK_ENV[script], 0, False, "reference")])
-    agent = module.Agent(envs)
+    agent = module.Agent(envs, args)
     agent.load_state_dict(records[0]["agent"])
     mb = {name: torch.cat([r["minibatch"][name] for r in records]) for name in records[0]["minibatch"]}
-    if script == "ppo_rnn.py":
+    if command(script)[0].name == "ppo_rnn.py":
         # a minibatch is whole env sequences, time-major: put the ranks' envs side by side
         def side_by_side(name):
             parts = [r["minibatch"][name] for r in records]
             return torch.cat([p.reshape(SMALL_STEPS, -1, *p.shape[1:]) for p in parts], 1).flatten(0, 1)
 
         mb = {name: side_by_side(name) for name in mb}
-        state = tuple(torch.cat([r["mb_state"][i] for r in records], 1) for i in range(2))
+        state = tuple(torch.cat([r["mb_state"][i] for r in records], 1) for i in range(len(records[0]["mb_state"])))
         _, newlogprob, entropy, newvalue, _ = agent.get_action_and_value(mb["b_obs"], state, mb["b_dones"], mb["b_actions"])
     else:
         _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb["b_obs"], mb["b_actions"])
@@ -85,7 +86,7 @@ def reference_gradients(script: str, records: list) -> list:
     return [p.grad for p in agent.parameters()]
 
 
-@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("script", VARIANTS)
 def test_averaged_update_is_the_update_on_the_union(script, tmp_path):
     """Stopped at the first optimizer step: each rank holds the gradients averaged over both ranks and
     clipped, the same on both, and they equal one process's gradients on the two minibatches together."""

@@ -1,5 +1,6 @@
-"""What recurrence adds: state resets at episode starts only, whole-sequence minibatches, replayed
-states equal to the rollout's, and the velocity-masked tasks."""
+"""What recurrence adds, with either cell (LSTM, GRU): state resets at episode starts only, whole-sequence
+minibatches, replayed states equal to the rollout's; and the memory tasks (velocity-masked classic control,
+the cue to recall)."""
 
 import gymnasium as gym
 import numpy as np
@@ -11,26 +12,42 @@ from tests.helpers import cli, interrupt_at_call, load, run
 rnn = load("ppo_rnn.py")
 
 
-def make_agent(obs_dim=3, hidden=128):
+CELLS = ["lstm", "gru"]
+
+
+def make_agent(cell: str, obs_dim=3, hidden=128):
     envs = gym.vector.SyncVectorEnv([lambda: gym.make("tests.envs:Constant-v0")])
     envs.single_observation_space = gym.spaces.Box(-1, 1, (obs_dim,), np.float32)
     torch.manual_seed(0)
-    agent = rnn.Agent(envs)
-    assert agent.lstm.hidden_size == hidden
+    agent = rnn.Agent(envs, rnn.Args(cell=cell))
+    assert isinstance(agent.rnn, {"lstm": torch.nn.LSTM, "gru": torch.nn.GRU}[cell]) and agent.rnn.hidden_size == hidden
     return agent
 
 
-def test_state_resets_exactly_at_episode_starts():
+def as_module_state(state: tuple):
+    """nn.LSTM takes (h, c), nn.GRU h alone."""
+    return state if len(state) == 2 else state[0]
+
+
+@pytest.mark.parametrize("cell", CELLS)
+def test_state_is_h_and_c_or_h(cell):
+    state = make_agent(cell).initial_state(5, torch.device("cpu"))
+    assert len(state) == {"lstm": 2, "gru": 1}[cell]
+    assert all(s.shape == (1, 5, 128) and not s.any() for s in state)
+
+
+@pytest.mark.parametrize("cell", CELLS)
+def test_state_resets_exactly_at_episode_starts(cell):
     """Each output equals a fresh LSTM run over its own episode only: from the initial state for the
     episode in progress when the sequence starts, from zeros for every episode that starts inside."""
-    agent = make_agent()
+    agent = make_agent(cell)
     T, B, H = 12, 3, 128
     x = torch.randn(T * B, 3)
     done = torch.zeros(T, B)
     done[0, 1] = 1  # env 1 starts a new episode at the first step
     done[4, 0] = done[9, 0] = 1  # env 0: two starts inside
     done[11, 2] = 1  # env 2: a start at the last step
-    state = (torch.randn(1, B, H), torch.randn(1, B, H))
+    state = tuple(torch.randn(1, B, H) for _ in agent.initial_state(B, x.device))
     with torch.no_grad():
         hidden, final = agent.get_states(x, state, done.flatten())
         hidden = hidden.reshape(T, B, H)
@@ -39,21 +56,23 @@ def test_state_resets_exactly_at_episode_starts():
             starts = [0] + [t for t in range(T) if done[t, b] and t > 0] + [T]
             for begin, end in zip(starts[:-1], starts[1:], strict=True):
                 if begin == 0 and not done[0, b]:
-                    s = (state[0][:, b : b + 1], state[1][:, b : b + 1])
+                    s = tuple(part[:, b : b + 1] for part in state)
                 else:
-                    s = (torch.zeros(1, 1, H), torch.zeros(1, 1, H))
-                expected, s = agent.lstm(features[begin:end, b : b + 1], s)
+                    s = tuple(torch.zeros(1, 1, H) for _ in state)
+                expected, s = agent.rnn(features[begin:end, b : b + 1], as_module_state(s))
+                s = s if isinstance(s, tuple) else (s,)
                 torch.testing.assert_close(hidden[begin:end, b], expected[:, 0], rtol=0, atol=1e-6)
-            torch.testing.assert_close(final[0][:, b], s[0][:, 0], rtol=0, atol=1e-6)
-            torch.testing.assert_close(final[1][:, b], s[1][:, 0], rtol=0, atol=1e-6)
+            for part, expected_part in zip(final, s, strict=True):
+                torch.testing.assert_close(part[:, b], expected_part[:, 0], rtol=0, atol=1e-6)
 
 
-def test_one_step_at_a_time_equals_the_sequence():
+@pytest.mark.parametrize("cell", CELLS)
+def test_one_step_at_a_time_equals_the_sequence(cell):
     """The rollout steps one observation at a time; the update replays whole sequences."""
-    agent = make_agent()
+    agent = make_agent(cell)
     T, B = 10, 2
     x, done = torch.randn(T, B, 3), (torch.rand(T, B) < 0.2).float()
-    state = (torch.zeros(1, B, 128), torch.zeros(1, B, 128))
+    state = agent.initial_state(B, x.device)
     with torch.no_grad():
         whole, whole_state = agent.get_states(x.flatten(0, 1), state, done.flatten())
         steps, s = [], state
@@ -64,12 +83,13 @@ def test_one_step_at_a_time_equals_the_sequence():
     torch.testing.assert_close(s, whole_state, rtol=0, atol=1e-6)
 
 
-def test_lstm_init():
-    agent = make_agent()
-    for name, param in agent.lstm.named_parameters():
+@pytest.mark.parametrize("cell", CELLS)
+def test_rnn_init(cell):
+    agent = make_agent(cell)
+    for name, param in agent.rnn.named_parameters():
         if "bias" in name:
             assert torch.all(param == 0)
-        else:  # orthogonal with gain 1: the (4H, in) matrix has orthonormal columns
+        else:  # orthogonal with gain 1: the (4H or 3H, in) matrix has orthonormal columns
             w = param.detach()
             assert w.shape[0] >= w.shape[1]
             torch.testing.assert_close(w.T @ w, torch.eye(w.shape[1]), atol=1e-5, rtol=0)
@@ -88,18 +108,19 @@ def test_minibatches_are_whole_env_sequences(tmp_path, monkeypatch):
     assert first.isdisjoint(mbenvinds) and first | set(mbenvinds.tolist()) == {0, 1, 2, 3}
 
 
-def test_replay_reproduces_the_rollout_state(tmp_path, monkeypatch):
+@pytest.mark.parametrize("cell", CELLS)
+def test_replay_reproduces_the_rollout_state(cell, tmp_path, monkeypatch):
     """Replaying the rollout from the kept initial state with the stored dones ends in the state the
     rollout carries into the next iteration (here iteration 2, which starts from a carried state), to
     float32 rounding: the replay runs the LSTM over whole stretches, the rollout one step at a time,
     and those matrix shapes need not round alike on every CPU (test_training.py, CPU_LOGPROB_BOUND)."""
     interrupt_at_call(monkeypatch, torch.optim.Adam, "step", 5)  # first step of iteration 2
-    g = run("ppo_rnn.py", "--num-minibatches", "2", "--update-epochs", "2", "--total-timesteps", "1024", cwd=tmp_path)
-    assert g["iteration"] == 2
-    assert g["initial_lstm_state"][0].abs().sum() > 0  # carried over, not reset between rollouts
+    g = run("ppo_rnn.py", "--cell", cell, "--num-minibatches", "2", "--update-epochs", "2", "--total-timesteps", "1024", cwd=tmp_path)
+    assert g["iteration"] == 2 and len(g["next_rnn_state"]) == {"lstm": 2, "gru": 1}[cell]
+    assert g["initial_rnn_state"][0].abs().sum() > 0  # carried over, not reset between rollouts
     with torch.no_grad():
-        _, state = g["agent"].get_states(g["b_obs"], g["initial_lstm_state"], g["b_dones"])
-    torch.testing.assert_close(state, g["next_lstm_state"], rtol=0, atol=1e-6)
+        _, state = g["agent"].get_states(g["b_obs"], g["initial_rnn_state"], g["b_dones"])
+    torch.testing.assert_close(state, g["next_rnn_state"], rtol=0, atol=1e-6)
 
 
 @pytest.mark.parametrize(
@@ -125,3 +146,47 @@ def test_ppo_reaches_the_masked_tasks(tmp_path):
     """The benchmark runs the memoryless ppo.py on the same masked task through its module-qualified id."""
     result = cli("ppo.py", "--env-id", "ppo_rnn:CartPoleNoVel-v1", "--total-timesteps", "1024", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("length,num_cues", [(1, 2), (3, 4), (30, 2)])
+def test_memory_task_dynamics(length, num_cues):
+    """The cue at the first step only, blanks, the question after `length` steps; only the action there counts."""
+    env = gym.make(f"MemoryL{length}K{num_cues}-v0")
+    assert env.observation_space.shape == (num_cues + 1,) and env.action_space.n == num_cues
+    for seed in range(6):
+        for answer_right in (True, False):
+            obs, _ = env.reset(seed=seed)
+            (cue,) = np.flatnonzero(obs)
+            assert cue < num_cues and obs[cue] == 1.0
+            rng = np.random.default_rng(seed)
+            for t in range(1, length + 1):  # actions before the question are ignored, whatever they are
+                obs, reward, terminated, truncated, _ = env.step(int(rng.integers(num_cues)))
+                assert reward == 0.0 and not terminated and not truncated
+                expected = np.zeros(num_cues + 1, np.float32)
+                expected[-1] = float(t == length)
+                np.testing.assert_array_equal(obs, expected)
+            wrong = (cue + 1 + int(rng.integers(num_cues - 1))) % num_cues
+            obs, reward, terminated, truncated, _ = env.step(cue if answer_right else wrong)
+            assert reward == (1.0 if answer_right else -1.0) and terminated and not truncated
+            assert not obs.any()
+
+
+def test_memory_task_is_seeded_and_uses_every_cue():
+    env = gym.make("MemoryL3K4-v0")
+    cues = [int(np.argmax(env.reset(seed=seed)[0])) for seed in range(200)]
+    assert cues == [int(np.argmax(env.reset(seed=seed)[0])) for seed in range(200)]
+    assert sorted(set(cues)) == [0, 1, 2, 3] and min(np.bincount(cues)) > 30
+    assert gym.make("MemoryL3K4-v0", length=7, num_cues=3).unwrapped.length == 7  # any L and k through gym.make
+    with pytest.raises(ValueError, match="length >= 1 and num_cues >= 2"):
+        gym.make("MemoryL3K2-v0", num_cues=1)
+
+
+@pytest.mark.parametrize("cell", CELLS)
+def test_both_cells_learn_to_recall_a_cue(cell, tmp_path):
+    """Seeded and small: a cue shown 3 steps before the question, recalled every time (mean return 1) by a recurrent
+    policy, while the memoryless ppo.py on the same task can only guess (mean return near 0)."""
+    argv = ["--env-id", "MemoryL3K2-v0", "--total-timesteps", "20480", "--num-envs", "8", "--num-steps", "32", "--num-minibatches", "2"]
+    g = run("ppo_rnn.py", *argv, "--cell", cell, cwd=tmp_path / cell)
+    assert np.mean(g["recent_returns"]) >= 0.9
+    g = run("ppo.py", "--env-id", "ppo_rnn:MemoryL3K2-v0", *argv[2:], cwd=tmp_path / "ppo")
+    assert abs(np.mean(g["recent_returns"])) <= 0.3

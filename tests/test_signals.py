@@ -11,14 +11,28 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from tests.helpers import EXACT_RESUME, QUICK_ENV, ROOT, SCRIPTS, TINY, checkpoint_path, cli, error_of, load, on_cpu, python_path, run
+from tests.helpers import (
+    EXACT_RESUME,
+    QUICK_ENV,
+    TINY,
+    VARIANTS,
+    checkpoint_path,
+    cli,
+    command,
+    error_of,
+    load,
+    on_cpu,
+    python_path,
+    run,
+)
 
 
 def start(script: str, argv: list, cwd) -> subprocess.Popen:
     cwd.mkdir(parents=True)
     env = {**os.environ, "PYTHONPATH": python_path(), "PYTHONUNBUFFERED": "1", "WANDB_MODE": "offline"}
-    command = [sys.executable, str(ROOT / script), *on_cpu(argv)]
-    return subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    path, flags = command(script)
+    command_line = [sys.executable, str(path), *on_cpu([*flags, *argv])]
+    return subprocess.Popen(command_line, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def wait_for(proc: subprocess.Popen, prefix: str) -> list:
@@ -31,7 +45,7 @@ def wait_for(proc: subprocess.Popen, prefix: str) -> list:
     raise AssertionError(f"the run ended before printing {prefix!r}: {proc.stderr.read()[-2000:]}")
 
 
-@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("script", VARIANTS)
 def test_sigterm_saves_and_the_resumed_run_equals_an_uninterrupted_one(script, tmp_path):
     # 200 iterations of 2 envs x 16 steps: the signal arrives long before the end
     argv = ["--env-id", QUICK_ENV[script], *TINY, "--total-timesteps", "6400", "--save-model", *EXACT_RESUME[script]]

@@ -12,14 +12,14 @@ import torch
 from tests.helpers import (
     EXACT_RESUME,
     QUICK_ENV,
-    ROOT,
-    SCRIPTS,
     STEP_CLASS,
     STEP_METHOD,
     TINY,
     TOY_SCRIPTS,
+    VARIANTS,
     checkpoint_path,
     cli,
+    command,
     interrupt_at_call,
     load,
     minibatch_ratio,
@@ -40,7 +40,7 @@ from tests.helpers import (
 CPU_LOGPROB_BOUND = 1e-5
 
 
-@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("script", VARIANTS)
 @pytest.mark.parametrize("iteration", [1, 2])
 def test_first_minibatch_ratio_is_one(script, iteration, tmp_path, monkeypatch):
     """Stop at the first optimizer step of an iteration: the log-probs recomputed for the first
@@ -58,7 +58,7 @@ def test_first_minibatch_ratio_is_one(script, iteration, tmp_path, monkeypatch):
     assert (ratio - 1).abs().max().item() <= 2 * CPU_LOGPROB_BOUND
 
 
-@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("script", VARIANTS)
 def test_same_seed_same_parameters(script, tmp_path):
     argv = [*TINY, "--total-timesteps", "320"]
     a = params(run(script, *argv, "--seed", "3", cwd=tmp_path)["agent"])
@@ -68,7 +68,7 @@ def test_same_seed_same_parameters(script, tmp_path):
     assert not same_params(a, c)
 
 
-@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("script", VARIANTS)
 def test_interrupted_then_resumed_equals_uninterrupted(script, tmp_path, monkeypatch):
     """2N iterations straight, versus Ctrl-C in the middle of iteration N+1 then --resume: same parameters."""
     argv = [*TINY, "--total-timesteps", "320", "--save-model", *EXACT_RESUME[script]]  # 10 iterations of 2 envs x 16 steps
@@ -99,11 +99,12 @@ def test_nan_stops_and_keeps_last_good_checkpoint(script, tmp_path):
     assert all(torch.isfinite(p).all() for p in ckpt["agent"].values())
 
 
-@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("script", VARIANTS)
 def test_ctrl_c_signal_saves_flushes_and_closes(script, tmp_path):
     """A real SIGINT: the process exits cleanly, the checkpoint and the TensorBoard log are on disk."""
     env = {**os.environ, "PYTHONPATH": python_path(), "PYTHONUNBUFFERED": "1"}
-    argv = [sys.executable, str(ROOT / script), "--save-model", "--total-timesteps", "1000000", "--no-cuda"]
+    path, flags = command(script)
+    argv = [sys.executable, str(path), *flags, "--save-model", "--total-timesteps", "1000000", "--no-cuda"]
     proc = popen_interruptible(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     for line in proc.stdout:
         if line.startswith("iter 2/"):
@@ -118,7 +119,7 @@ def test_ctrl_c_signal_saves_flushes_and_closes(script, tmp_path):
     assert events.stat().st_size > 0
 
 
-@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("script", VARIANTS)
 def test_ipython_run_leaves_the_namespace(script, tmp_path, monkeypatch):
     from IPython.core.interactiveshell import InteractiveShell
 
@@ -127,13 +128,14 @@ def test_ipython_run_leaves_the_namespace(script, tmp_path, monkeypatch):
     names = ["args", "envs", "agent", "optimizer", "obs", "actions", "logprobs", "rewards", "dones", "values"]
     names += ["b_obs", "b_actions", "b_logprobs", "b_advantages", "b_returns", "b_values"]
     defaults = load(script).Args()
+    path, flags = command(script)
     two_iterations = 2 * defaults.num_envs * defaults.num_steps  # the default settings, two whole iterations
-    shell.run_line_magic("run", f"{ROOT / script} --total-timesteps {two_iterations} --no-cuda")
+    shell.run_line_magic("run", f"{path} {' '.join(flags)} --total-timesteps {two_iterations} --no-cuda")
     assert all(name in shell.user_ns for name in names)
     assert shell.user_ns["global_step"] == two_iterations and shell.user_ns["iteration"] == 2
 
     shell.user_ns.clear()
     interrupt_at_call(monkeypatch, STEP_CLASS[script], STEP_METHOD[script], defaults.num_steps + 72)  # Ctrl-C in the second rollout
-    shell.run_line_magic("run", f"{ROOT / script} --total-timesteps {two_iterations} --no-cuda")
+    shell.run_line_magic("run", f"{path} {' '.join(flags)} --total-timesteps {two_iterations} --no-cuda")
     assert all(name in shell.user_ns for name in names)
     assert shell.user_ns["iteration"] == 2
