@@ -426,12 +426,14 @@ def load_checkpoint(path: str, args: Args) -> dict:
 
 def load_agent(agent, ckpt: dict, path: str):
     """The checkpoint's parameters into `agent`, or a one-line error when they do not fit its architecture."""
-    try:
-        agent.load_state_dict(ckpt["agent"])
-    except RuntimeError as e:  # missing, unexpected or differently shaped parameters
+    mine, saved = agent.state_dict(), ckpt["agent"]
+    differ = sorted(k for k in mine.keys() | saved.keys() if k not in mine or k not in saved or mine[k].shape != saved[k].shape)
+    if differ:  # missing, unexpected or differently shaped parameters
         fail(
-            f"{path!r} does not fit this Agent ({str(e).splitlines()[0]}); it was saved by another version of {os.path.basename(__file__)} or an edited Agent"
+            f"{path!r} does not fit this Agent (parameters {', '.join(differ[:2])}{', ...' if len(differ) > 2 else ''} differ in name or "
+            f"shape); it was saved by another version of {os.path.basename(__file__)} or an edited Agent"
         )
+    agent.load_state_dict(saved)
 
 
 def moved(carry: tuple, to) -> tuple:

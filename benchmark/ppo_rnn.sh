@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# Memory, seeds 1-3, 500k steps: ppo_rnn.py with each cell (LSTM, the default; GRU) on the velocity-masked tasks and
-# on the cue-recall task MemoryL{L}K2-v0 at L = 10, 30, 100; the memoryless ppo.py on the same tasks (its default
-# settings) as the baseline; then CartPoleNoVel-v1's 100k-step checkpoints of both cells evaluated greedily; one report.
-# usage: bash benchmark/ppo_rnn.sh   (JOBS=1 for one run at a time; about an hour on 2 cores)
+# Memory, seeds 1-3, 500k steps: ppo_rnn.py with each cell (LSTM, the default, also with --ent-coef 0.01; GRU) on
+# the velocity-masked tasks and on the cue-recall task MemoryL{L}K2-v0 at L = 10, 30, 100; the memoryless ppo.py on
+# the same tasks (its default settings) as the baseline; then CartPoleNoVel-v1's 100k-step checkpoints of both cells
+# evaluated greedily; one report.
+# usage: bash benchmark/ppo_rnn.sh   (JOBS=1 for one run at a time; about 100 minutes on 2 cores)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=benchmark/results/ppo_rnn
 tasks="MemoryL10K2-v0 MemoryL30K2-v0 MemoryL100K2-v0 CartPoleNoVel-v1 AcrobotNoVel-v1"
 bash benchmark/run_many.sh ppo_rnn.py "$out" "$tasks" "1 2 3" --total-timesteps 500000
+TAG=ent_coef_0.01 bash benchmark/run_many.sh ppo_rnn.py "$out" "$tasks" "1 2 3" --total-timesteps 500000 --ent-coef 0.01 \
+  --exp-name ppo_rnn_ent_coef_0.01
 TAG=gru bash benchmark/run_many.sh ppo_rnn.py "$out" "$tasks" "1 2 3" --total-timesteps 500000 --cell gru --exp-name ppo_rnn_gru
 bash benchmark/run_many.sh ppo.py "$out" "$(printf 'ppo_rnn:%s ' $tasks)" "1 2 3" --total-timesteps 500000
 for cell in lstm gru; do

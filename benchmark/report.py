@@ -35,7 +35,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 # (low, high): a normalized score is (score - low) / (high - low).
 # Atari: random and human scores (the human-normalized score of Mnih et al. 2015; the values of Badia et al. 2020,
 # Agent57, which rliable's Atari data uses). Classic control: the lowest return the time limit allows, and
-# gymnasium's reward_threshold (1.0 = "solved"). MuJoCo: D4RL's random and expert reference returns (Fu et al. 2020).
+# gymnasium's reward_threshold (1.0 = "solved"); ppo_rnn.py's cue-recall task: always wrong (-1) to 95% right (0.9).
+# MuJoCo: D4RL's random and expert reference returns (Fu et al. 2020).
 ATARI = {
     "Asterix": (210.0, 8503.3),
     "BeamRider": (363.9, 16926.5),
@@ -59,6 +60,7 @@ NORMALIZATION = {
     "Walker2d-v5": (1.629008, 4592.3),
     "Ant-v5": (-325.6, 3879.7),
 }
+NORMALIZATION.update({f"MemoryL{length}K{cues}-v0": (-1.0, 0.9) for length in (1, 3, 10, 30, 100, 300) for cues in (2, 4)})
 NORMALIZATION.update({f"{game}NoFrameskip-v4": bounds for game, bounds in ATARI.items()})
 NORMALIZATION.update({f"ALE/{game}-v5": bounds for game, bounds in ATARI.items()})
 # rliable seeds arch's bootstraps with a RandomState, which arch 7 still takes (and warns it will not)
@@ -188,12 +190,33 @@ def group_iqms(groups: dict, reps: int, seed: int) -> dict:
     return {key: interval({key: m}, iqm, reps, seed)[key] for key, m in scores.items()}
 
 
-def table(groups: dict, threshold=None, reps: int = 5000, seed: int = 0) -> str:
+def task_threshold(threshold, env_id: str):
+    """A number, or "solved": the task's own (the top of its NORMALIZATION; None where it has none)."""
+    if threshold != "solved":
+        return float(threshold)
+    return NORMALIZATION[env_id][1] if env_id in NORMALIZATION else None
+
+
+def success_rates(run: dict):
+    """Per run, the share of the last 100 episodes that succeeded, on a task whose every episode returns +1 (success)
+    or -1 (failure), such as ppo_rnn.py's MemoryL*; None for other tasks and for runs read from logs."""
+    returns = run.get("returns")
+    if returns is None or not len(returns) or not np.all(np.abs(returns) == 1):
+        return None
+    return float(np.mean(returns[-100:] == 1))
+
+
+def table(groups: dict, threshold=None, reps: int = 5000, seed: int = 0, success: bool = False) -> str:
     iqms = group_iqms(groups, reps, seed)
     head = "| env | experiment | seeds | steps | IQM [95% CI] | mean ± std | wall time (min) | SPS |"
     rule = "|---|---|---|---|---|---|---|---|"
     if threshold is not None:
-        head += f" first step at mean ≥ {threshold:g} |"
+        head += (
+            " first step at mean ≥ the task's solved level |" if threshold == "solved" else f" first step at mean ≥ {float(threshold):g} |"
+        )
+        rule += "---|"
+    if success:
+        head += " success, last 100 episodes (%) |"
         rule += "---|"
     lines = [head, rule]
     for (env_id, exp_name), runs in sorted(groups.items()):
@@ -207,10 +230,17 @@ def table(groups: dict, threshold=None, reps: int = 5000, seed: int = 0) -> str:
             f"| {env_id} | {exp_name} | {','.join(map(str, sorted(runs)))} | {steps:,} | {point:.2f} [{low:.2f}, {high:.2f}] | "
             f"{np.mean(finals):.2f} ± {np.std(finals):.2f} | {wall} | {np.mean(sps):,.0f} |"
         )
-        if threshold is not None:
+        level = None if threshold is None else task_threshold(threshold, env_id)
+        if threshold is not None and level is None:
+            line += " n/a |"
+        elif threshold is not None:
             # a run read from its log has no episodes to count: n/a, not never
-            reached = [first_step_reaching(run, threshold) if "returns" in run else "n/a" for run in runs.values()]
-            line += " " + ", ".join("never" if s is None else s if s == "n/a" else f"{s:,}" for s in reached) + " |"
+            reached = [first_step_reaching(run, level) if "returns" in run else "n/a" for run in runs.values()]
+            steps_text = ", ".join("never" if s is None else s if s == "n/a" else f"{s:,}" for s in reached)
+            line += f" {level:g}: {steps_text} |" if threshold == "solved" else f" {steps_text} |"
+        if success:
+            rates = [success_rates(run) for run in runs.values()]
+            line += " " + ("n/a" if None in rates else ", ".join(f"{100 * r:.0f}" for r in rates)) + " |"
         lines.append(line)
     return "\n".join(lines)
 
@@ -307,16 +337,24 @@ def main():
     parser.add_argument("runs_dir", type=Path, help="a folder of run directories or run logs, searched at any depth")
     parser.add_argument("--title", default="")
     parser.add_argument("--out", type=Path, required=True, help="prefix of the .md and .png written")
-    parser.add_argument("--threshold", type=float, default=None, help="add the first step reaching this mean")
+    parser.add_argument(
+        "--threshold", default=None, help="add the first step reaching this mean; `solved`: each task's own (NORMALIZATION's top)"
+    )
+    parser.add_argument("--success", action="store_true", help="add the success rate on tasks whose episodes return +1 or -1")
     parser.add_argument("--at", default=None, help="comma-separated steps: add each run's mean of the last 100 there")
     parser.add_argument("--compare", nargs=2, metavar=("A", "B"), default=None, help="P(experiment A improves on B)")
     parser.add_argument("--reps", type=int, default=5000, help="bootstrap resamples (curves: 2,000)")
     parser.add_argument("--seed", type=int, default=0, help="the bootstraps' random seed")
     args = parser.parse_args()
+    if args.threshold not in (None, "solved"):
+        try:
+            float(args.threshold)
+        except ValueError:
+            raise SystemExit(f"error: --threshold takes a number or `solved`, not {args.threshold!r}") from None
     groups = collect(args.runs_dir)
     if not groups:
         raise SystemExit(f"error: no runs with episodes under {args.runs_dir}")
-    markdown = f"### {args.title}\n\n{table(groups, args.threshold, args.reps, args.seed)}\n"
+    markdown = f"### {args.title}\n\n{table(groups, args.threshold, args.reps, args.seed, args.success)}\n"
     scores = normalized(groups)
     if scores:
         markdown += f"\nNormalized scores over tasks (report.py's NORMALIZATION):\n\n{aggregate_table(scores, args.reps, args.seed)}\n"

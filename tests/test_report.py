@@ -57,3 +57,34 @@ def test_report_from_runs(tmp_path, capsys):
             assert f"{report.mean_at(run_data, int(step)):.2f}" == figure
         (row,) = [line for line in out.with_suffix(".md").read_text().splitlines() if line.startswith(f"| CartPole-v1 | ppo | {seed} |")]
         assert row.split(" | ")[3:] == [dict(printed[seed])["128"], dict(printed[seed])["320"], dict(printed[seed])["640"] + " |"]
+
+
+def test_solved_threshold_and_success_rate_on_known_numbers():
+    """`--threshold solved` takes each task's own level (NORMALIZATION's top); the success rate counts the +1 episodes
+    of the last 100 on a task whose every episode returns +1 or -1, and is n/a elsewhere."""
+    steps = np.arange(1, 201) * 10
+
+    def fake(returns):
+        return {"steps": steps, "returns": returns, "final": float(np.mean(returns[-100:])), "sps": 1.0, "wall": 60.0, "last_step": 2000}
+
+    half = np.r_[-np.ones(100), np.tile([1.0, -1.0], 50)]  # the last 100: 50% right, mean 0
+    learned = np.r_[-np.ones(100), np.ones(100)]  # the last 100 all right; its mean reaches 0.9 at the 195th episode
+    cartpole = np.r_[np.zeros(100), np.full(100, 500.0)]  # reaches 475 at the 195th episode too
+    groups = {
+        ("MemoryL30K2-v0", "ppo"): {1: fake(half)},
+        ("MemoryL30K2-v0", "ppo_rnn"): {1: fake(learned), 2: fake(learned)},
+        ("CartPole-v1", "ppo"): {1: fake(cartpole)},
+        ("Unknown-v0", "ppo"): {1: fake(cartpole)},
+    }
+    rows = {
+        tuple(c.strip() for c in line.strip("|").split("|")[:2]): line for line in report.table(groups, "solved", 100, 0, True).splitlines()
+    }
+    assert rows[("MemoryL30K2-v0", "ppo_rnn")].endswith("| 0.9: 1,950, 1,950 | 100, 100 |")
+    assert rows[("MemoryL30K2-v0", "ppo")].endswith("| 0.9: never | 50 |")
+    assert rows[("CartPole-v1", "ppo")].endswith("| 475: 1,950 | n/a |")
+    assert rows[("Unknown-v0", "ppo")].endswith("| n/a | n/a |")
+    assert report.table(groups, "250", 100, 0).splitlines()[2].endswith("| 1,500 |")  # a number applies to every task
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmark" / "report.py"), ".", "--out", "x", "--threshold", "high"], capture_output=True, text=True
+    )
+    assert result.returncode == 1 and result.stderr.strip() == "error: --threshold takes a number or `solved`, not 'high'"

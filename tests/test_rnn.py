@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.helpers import cli, interrupt_at_call, load, run
+from tests.helpers import TINY, checkpoint_path, cli, error_of, interrupt_at_call, load, run
 
 rnn = load("ppo_rnn.py")
 
@@ -190,3 +190,16 @@ def test_both_cells_learn_to_recall_a_cue(cell, tmp_path):
     assert np.mean(g["recent_returns"]) >= 0.9
     g = run("ppo.py", "--env-id", "ppo_rnn:MemoryL3K2-v0", *argv[2:], cwd=tmp_path / "ppo")
     assert abs(np.mean(g["recent_returns"])) <= 0.3
+
+
+def test_checkpoint_that_does_not_fit_the_agent_is_one_line(tmp_path):
+    """A checkpoint of an older ppo_rnn.py (its cell was `agent.lstm`) or of an edited Agent: one line, not torch's."""
+    run("ppo_rnn.py", *TINY, "--total-timesteps", "32", "--save-model", cwd=tmp_path)
+    path = checkpoint_path(tmp_path)
+    ckpt = torch.load(path, weights_only=False)
+    ckpt["agent"] = {name.replace("rnn.", "lstm."): value for name, value in ckpt["agent"].items()}
+    torch.save(ckpt, tmp_path / "older.pt")
+    for argv in (["--eval-checkpoint", "older.pt"], [*TINY, "--total-timesteps", "32", "--resume", "older.pt"]):
+        message = error_of("ppo_rnn.py", *argv, cwd=tmp_path)
+        assert "'older.pt' does not fit this Agent (parameters lstm.bias_hh_l0, lstm.bias_ih_l0, ... differ in name or shape)" in message
+        assert message.endswith("it was saved by another version of ppo_rnn.py or an edited Agent")
