@@ -50,7 +50,7 @@ def measure(script: str, overrides: dict, repeats: int, directory: str) -> tuple
     optimizer.step()  # Adam's moments exist, as in a run
     carry = (torch.as_tensor(obs), torch.zeros(args.num_envs))
     if script == "ppo_rnn.py":
-        carry += ((torch.zeros(1, args.num_envs, agent.lstm.hidden_size),) * 2,)
+        carry += (agent.initial_state(args.num_envs, torch.device("cpu")),)
     path = os.path.join(directory, f"{Path(script).stem}.pt")
     build, write = [], []
     for _ in range(repeats):

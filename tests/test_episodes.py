@@ -44,10 +44,10 @@ def final_obs_values(g):
     stopped at its first optimizer step). The observation is constant: final_obs = obs[t]."""
     agent, obs, dones = g["agent"], g["obs"], g["dones"]
     with torch.no_grad():
-        if "initial_lstm_state" not in g:
+        if "initial_rnn_state" not in g:
             return agent.get_value(obs.flatten(0, 1)).reshape(obs.shape[:2])
         # recurrent: the final observation continues the episode from the state after step t
-        state, out = g["initial_lstm_state"], []
+        state, out = g["initial_rnn_state"], []
         for t in range(len(obs)):
             _, state = agent.get_states(obs[t], state, dones[t])
             out.append(agent.get_value(obs[t], state, torch.zeros_like(dones[t])))
