@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Memory, seeds 1-3, 500k steps: ppo_rnn.py with each cell (LSTM, the default; GRU) on the velocity-masked tasks and
 # on the cue-recall task MemoryL{L}K2-v0 at L = 10, 30, 100; the memoryless ppo.py on the same tasks (its default
-# settings) as the baseline; the LSTM with an entropy bonus on the cue-recall tasks; CartPoleNoVel-v1's 100k-step
+# settings) as the baseline; two LSTM variants on the cue-recall tasks; CartPoleNoVel-v1's 100k-step
 # checkpoints of both cells evaluated greedily; one report.
 # usage: bash benchmark/ppo_rnn.sh   (JOBS=1 for one run at a time; about 100 minutes on 2 cores)
 set -euo pipefail
@@ -11,11 +11,13 @@ tasks="MemoryL10K2-v0 MemoryL30K2-v0 MemoryL100K2-v0 CartPoleNoVel-v1 AcrobotNoV
 bash benchmark/run_many.sh ppo_rnn.py "$out" "$tasks" "1 2 3" --total-timesteps 500000
 TAG=gru bash benchmark/run_many.sh ppo_rnn.py "$out" "$tasks" "1 2 3" --total-timesteps 500000 --cell gru --exp-name ppo_rnn_gru
 bash benchmark/run_many.sh ppo.py "$out" "$(printf 'ppo_rnn:%s ' $tasks)" "1 2 3" --total-timesteps 500000
-# the LSTM on the cue-recall tasks with an entropy bonus (with the defaults, runs there collapse after a perfect
-# stretch: benchmark/README.md)
+# the LSTM on the cue-recall tasks with an entropy bonus, and at L = 30 without advantage normalization (with the
+# defaults, runs there collapse after a perfect stretch: benchmark/README.md)
 memory="MemoryL10K2-v0 MemoryL30K2-v0 MemoryL100K2-v0"
 TAG=ent_coef_0.01 bash benchmark/run_many.sh ppo_rnn.py "$out" "$memory" "1 2 3" --total-timesteps 500000 --ent-coef 0.01 \
   --exp-name ppo_rnn_ent_coef_0.01
+TAG=no_norm_adv bash benchmark/run_many.sh ppo_rnn.py "$out" MemoryL30K2-v0 "1 2 3" --total-timesteps 500000 --no-norm-adv \
+  --exp-name ppo_rnn_no_norm_adv
 for cell in lstm gru; do
   TAG=${cell}_100k bash benchmark/run_many.sh ppo_rnn.py "$out" CartPoleNoVel-v1 "1 2 3" --total-timesteps 100000 --cell $cell \
     --exp-name ppo_rnn_${cell}_100k --save-model
