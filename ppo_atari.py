@@ -572,9 +572,9 @@ def start_up(args: Args, run_name: str) -> tuple:
             ckpt = load_checkpoint(args.resume, args)
             defaults = asdict(Args())
             for name, value in asdict(args).items():  # a resumed run is the same run
-                # a field the checkpoint lacks (added to Args after it was saved) counts as its default
-                if name not in MAY_CHANGE_ON_RESUME and ckpt["args"].get(name, defaults[name]) != value:
-                    fail(f"{args.resume!r} was trained with {name}={ckpt['args'].get(name)!r}, not {value!r}; pass the same value")
+                trained = ckpt["args"].get(name, defaults[name])  # a field added to Args after the save: its default
+                if name not in MAY_CHANGE_ON_RESUME and trained != value:
+                    fail(f"{args.resume!r} was trained with {name}={trained!r}, not {value!r}; pass the same value")
             processes = int(os.environ.get("WORLD_SIZE", 1))  # torchrun's count; init_distributed comes below
             if len(ckpt["ranks"]) != processes:
                 fail(f"{args.resume!r} was saved by {len(ckpt['ranks'])} process(es), not {processes}; resume it with as many")
