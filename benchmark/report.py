@@ -231,13 +231,13 @@ def table(groups: dict, threshold=None, reps: int = 5000, seed: int = 0, success
             f"{np.mean(finals):.2f} ± {np.std(finals):.2f} | {wall} | {np.mean(sps):,.0f} |"
         )
         level = None if threshold is None else task_threshold(threshold, env_id)
-        if threshold is not None and level is None:
-            line += " n/a |"
-        elif threshold is not None:
+        if level is not None:
             # a run read from its log has no episodes to count: n/a, not never
             reached = [first_step_reaching(run, level) if "returns" in run else "n/a" for run in runs.values()]
             steps_text = ", ".join("never" if s is None else s if s == "n/a" else f"{s:,}" for s in reached)
             line += f" {level:g}: {steps_text} |" if threshold == "solved" else f" {steps_text} |"
+        elif threshold is not None:  # "solved" on a task without a level
+            line += " n/a |"
         if success:
             rates = [success_rates(run) for run in runs.values()]
             line += " " + ("n/a" if None in rates else ", ".join(f"{100 * r:.0f}" for r in rates)) + " |"
