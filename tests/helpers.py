@@ -52,6 +52,12 @@ def command(script: str) -> tuple:
     return ROOT / name, flags
 
 
+def script_argv(script: str, argv) -> list:
+    """The script's path and arguments for a subprocess: its variant's flags, then argv, on the CPU (on_cpu)."""
+    path, flags = command(script)
+    return [str(path), *on_cpu([*flags, *argv])]
+
+
 def toy(script: str, name: str) -> str:
     """The id of a test env (tests/envs.py) with the action space the script needs."""
     return f"tests.envs:{name}{'Box' if script == 'ppo_continuous_action.py' else ''}-v0"
@@ -103,9 +109,8 @@ def error_of(script: str, *argv: str, cwd) -> str:
 def cli(script: str, *argv: str, cwd, env=None, timeout=600, via=()) -> subprocess.CompletedProcess:
     """Run a script as a subprocess in `cwd` (through a tool and its flags given in `via`, such as benchmark/phases.py)."""
     full_env = {**os.environ, "PYTHONPATH": python_path(), "WANDB_MODE": "offline", **(env or {})}
-    path, flags = command(script)
     return subprocess.run(
-        [sys.executable, *via, str(path), *on_cpu([*flags, *argv])],
+        [sys.executable, *via, *script_argv(script, argv)],
         cwd=cwd,
         env=full_env,
         capture_output=True,

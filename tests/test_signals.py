@@ -18,21 +18,20 @@ from tests.helpers import (
     VARIANTS,
     checkpoint_path,
     cli,
-    command,
     error_of,
     load,
-    on_cpu,
     python_path,
     run,
+    script_argv,
 )
 
 
 def start(script: str, argv: list, cwd) -> subprocess.Popen:
     cwd.mkdir(parents=True)
     env = {**os.environ, "PYTHONPATH": python_path(), "PYTHONUNBUFFERED": "1", "WANDB_MODE": "offline"}
-    path, flags = command(script)
-    command_line = [sys.executable, str(path), *on_cpu([*flags, *argv])]
-    return subprocess.Popen(command_line, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, *script_argv(script, argv)], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def wait_for(proc: subprocess.Popen, prefix: str) -> list:
