@@ -116,6 +116,8 @@ class Args:
     """rewards are multiplied by it for learning (logged returns are not): keeps the value loss from drowning the policy in the shared trunk"""
     cell: Literal["lstm", "gru"] = "lstm"
     """the recurrent cell: lstm (state h and c) or gru (state h alone: three gates instead of four, fewer parameters)"""
+    forget_bias: float = 0.0
+    """LSTM only: the forget gate's initial bias (0: all biases zero, as CleanRL; 1 keeps the cell state longer at the start)"""
 
     batch_size: int = 0
     """the batch size (computed in runtime)"""
@@ -214,6 +216,8 @@ def check_env(args: Args):
     # what this script adds to check_args: its own coefficient, and minibatches of whole env sequences
     if not args.reward_scale > 0:
         fail(f"--reward-scale must be positive, got {args.reward_scale}")
+    if args.forget_bias != 0 and args.cell != "lstm":
+        fail(f"--forget-bias {args.forget_bias} is an LSTM setting and the {args.cell} has no forget gate; drop it or use --cell lstm")
     if args.num_envs % args.num_minibatches:
         fail(
             f"--num-envs {args.num_envs} is not divisible by --num-minibatches {args.num_minibatches} "
@@ -267,6 +271,8 @@ class Agent(nn.Module):
                 nn.init.constant_(param, 0)
             elif "weight" in name:
                 nn.init.orthogonal_(param, 1.0)
+        if args.cell == "lstm":  # gates in the order input, forget, cell, output; one of the forget gate's two biases
+            nn.init.constant_(self.rnn.bias_ih_l0[self.rnn.hidden_size : 2 * self.rnn.hidden_size], args.forget_bias)
         self.actor = layer_init(nn.Linear(128, envs.single_action_space.n), std=0.01)
         self.critic = layer_init(nn.Linear(128, 1), std=1.0)
 

@@ -15,11 +15,11 @@ rnn = load("ppo_rnn.py")
 CELLS = ["lstm", "gru"]
 
 
-def make_agent(cell: str, obs_dim=3, hidden=128):
+def make_agent(cell: str, obs_dim=3, hidden=128, **args):
     envs = gym.vector.SyncVectorEnv([lambda: gym.make("tests.envs:Constant-v0")])
     envs.single_observation_space = gym.spaces.Box(-1, 1, (obs_dim,), np.float32)
     torch.manual_seed(0)
-    agent = rnn.Agent(envs, rnn.Args(cell=cell))
+    agent = rnn.Agent(envs, rnn.Args(cell=cell, **args))
     assert isinstance(agent.rnn, {"lstm": torch.nn.LSTM, "gru": torch.nn.GRU}[cell]) and agent.rnn.hidden_size == hidden
     return agent
 
@@ -93,6 +93,30 @@ def test_rnn_init(cell):
             w = param.detach()
             assert w.shape[0] >= w.shape[1]
             torch.testing.assert_close(w.T @ w, torch.eye(w.shape[1]), atol=1e-5, rtol=0)
+
+
+def test_forget_bias_sets_the_lstm_forget_gate_alone():
+    """--forget-bias b: the forget gate's input bias (rows H to 2H of bias_ih, gate order i, f, g, o) starts at b,
+    every other parameter is what the default (all biases 0) draws from the same seed, bit for bit."""
+    default, biased = make_agent("lstm"), make_agent("lstm", forget_bias=1.0)
+    hidden = biased.rnn.hidden_size
+    expected = torch.zeros(4 * hidden)
+    expected[hidden : 2 * hidden] = 1.0
+    assert torch.equal(biased.rnn.bias_ih_l0.detach(), expected)
+    for (name, a), (_, b) in zip(default.named_parameters(), biased.named_parameters(), strict=True):
+        assert name == "rnn.bias_ih_l0" or torch.equal(a, b), name
+    # the gate it sets is the forget gate: with zero input and state, c_1 = f * c_0 + i * g with g = tanh(0) = 0,
+    # so one step from c_0 = 1 leaves sigmoid(b) = 0.731 (b = 1) where the default leaves sigmoid(0) = 0.5
+    for agent, kept in ((default, 0.5), (biased, torch.sigmoid(torch.tensor(1.0)).item())):
+        zeros = torch.zeros(1, 1, hidden)
+        with torch.no_grad():
+            _, (_, c) = agent.rnn(torch.zeros(1, 1, 64), (zeros, torch.ones(1, 1, hidden)))
+        torch.testing.assert_close(c, torch.full_like(c, kept))
+
+
+def test_forget_bias_with_a_gru_is_one_line(tmp_path):
+    message = error_of("ppo_rnn.py", *TINY, "--cell", "gru", "--forget-bias", "1", cwd=tmp_path)
+    assert message == "error: --forget-bias 1.0 is an LSTM setting and the gru has no forget gate; drop it or use --cell lstm"
 
 
 def test_minibatches_are_whole_env_sequences(tmp_path, monkeypatch):
