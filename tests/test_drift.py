@@ -12,7 +12,7 @@ from tests.helpers import ROOT, SCRIPTS
 
 SIBLINGS = [s for s in SCRIPTS if s != "ppo.py"]
 # changed lines, pinned at what each diff is, so that any growth shows up here (docs/exactness.md, "Diff sizes")
-BUDGETS = {"ppo_rnn.py": 213, "ppo_atari.py": 509, "ppo_continuous_action.py": 136}
+BUDGETS = {"ppo_rnn.py": 219, "ppo_atari.py": 509, "ppo_continuous_action.py": 136}
 SHARED = ["layer_init", "compute_gae", "policy_loss"]  # research functions no domain changes
 # what every script defines in its research layer for the run-management layer to call
 HOOKS = ["make_env", "make_envs", "check_env", "Agent", "eval_action"]
