@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Memory, seeds 1-3, 500k steps: ppo_rnn.py with each cell (LSTM, the default; GRU) on the velocity-masked tasks and
 # on the cue-recall task MemoryL{L}K2-v0 at L = 10, 30, 100; the memoryless ppo.py on the same tasks (its default
-# settings) as the baseline; two LSTM variants on the cue-recall tasks; CartPoleNoVel-v1's 100k-step
+# settings) as the baseline; LSTM variants on the cue-recall tasks; CartPoleNoVel-v1's 100k-step
 # checkpoints of both cells evaluated greedily; one report.
-# usage: bash benchmark/ppo_rnn.sh   (JOBS=1 for one run at a time; about 100 minutes on 2 cores)
+# usage: bash benchmark/ppo_rnn.sh   (JOBS=1 for one run at a time; about 2 hours on 2 cores)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=benchmark/results/ppo_rnn
@@ -18,6 +18,18 @@ TAG=ent_coef_0.01 bash benchmark/run_many.sh ppo_rnn.py "$out" "$memory" "1 2 3"
   --exp-name ppo_rnn_ent_coef_0.01
 TAG=no_norm_adv bash benchmark/run_many.sh ppo_rnn.py "$out" MemoryL30K2-v0 "1 2 3" --total-timesteps 500000 --no-norm-adv \
   --exp-name ppo_rnn_no_norm_adv
+# the LSTM's forget gate (--forget-bias B; default 0, DETAILS.md's zero biases) at L = 30, alone and with 16 envs or
+# without advantage normalization; then the two settings that held L = 30 in every seed, on every cue-recall task
+for variant in "forget_bias_1|--forget-bias 1" "num_envs_16_forget_bias_1|--num-envs 16 --forget-bias 1" \
+  "num_envs_16_forget_bias_3|--num-envs 16 --forget-bias 3"; do
+  tag=${variant%%|*}
+  # shellcheck disable=SC2086
+  TAG=$tag bash benchmark/run_many.sh ppo_rnn.py "$out" MemoryL30K2-v0 "1 2 3" --total-timesteps 500000 ${variant#*|} --exp-name ppo_rnn_$tag
+done
+TAG=forget_bias_3_no_norm_adv bash benchmark/run_many.sh ppo_rnn.py "$out" "$memory" "1 2 3" --total-timesteps 500000 \
+  --forget-bias 3 --no-norm-adv --exp-name ppo_rnn_forget_bias_3_no_norm_adv
+TAG=num_envs_16_forget_bias_3_no_norm_adv bash benchmark/run_many.sh ppo_rnn.py "$out" "$memory" "1 2 3" --total-timesteps 500000 \
+  --num-envs 16 --forget-bias 3 --no-norm-adv --exp-name ppo_rnn_num_envs_16_forget_bias_3_no_norm_adv
 for cell in lstm gru; do
   TAG=${cell}_100k bash benchmark/run_many.sh ppo_rnn.py "$out" CartPoleNoVel-v1 "1 2 3" --total-timesteps 100000 --cell $cell \
     --exp-name ppo_rnn_${cell}_100k --save-model
