@@ -7,23 +7,13 @@ bias, for the initializations of seeds 1-3. No training: it is what the answer's
 """
 
 import argparse
-import importlib.util
-import sys
 from pathlib import Path
 
 import gymnasium as gym
 import torch
+from checkpoint_cost import load  # benchmark/ is on the path when this file runs
 
-ROOT = Path(__file__).resolve().parent.parent
 CASES = [("lstm", 0.0), ("lstm", 1.0), ("lstm", 3.0), ("gru", 0.0)]
-
-
-def load_rnn():
-    sys.argv = ["ppo_rnn.py"]  # the script parses no arguments at import; keep tyro away from ours anyway
-    spec = importlib.util.spec_from_file_location("ppo_rnn", ROOT / "ppo_rnn.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def trace(rnn, cell: str, forget_bias: float, length: int, seed: int) -> float:
@@ -46,7 +36,7 @@ def main():
     parser.add_argument("--length", type=int, default=30)
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
-    rnn = load_rnn()
+    rnn = load("ppo_rnn.py")
     lines = [f"cue's trace in the hidden output after {args.length - 1} blank steps, relative to the cue step (seeds 1, 2, 3)"]
     for cell, forget_bias in CASES:
         values = ", ".join(f"{trace(rnn, cell, forget_bias, args.length, seed):.1e}" for seed in (1, 2, 3))
