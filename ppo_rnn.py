@@ -117,7 +117,7 @@ class Args:
     cell: Literal["lstm", "gru"] = "lstm"
     """the recurrent cell: lstm (state h and c) or gru (state h alone: three gates instead of four, fewer parameters)"""
     forget_bias: float = 0.0
-    """LSTM only: the forget gate's initial bias (0: all biases zero, as CleanRL; 1 keeps the cell state longer at the start)"""
+    """LSTM only: the forget gate's initial bias (0: all biases zero, as CleanRL; 3 carries a cue across 30 blank steps: docs/recurrent.md)"""
 
     batch_size: int = 0
     """the batch size (computed in runtime)"""
