@@ -197,8 +197,8 @@ def task_threshold(threshold, env_id: str):
     return NORMALIZATION[env_id][1] if env_id in NORMALIZATION else None
 
 
-def success_rates(run: dict):
-    """Per run, the share of the last 100 episodes that succeeded, on a task whose every episode returns +1 (success)
+def success_rate(run: dict):
+    """A run's share of its last 100 episodes that succeeded, on a task whose every episode returns +1 (success)
     or -1 (failure), such as ppo_rnn.py's MemoryL*; None for other tasks and for runs read from logs."""
     returns = run.get("returns")
     if returns is None or not len(returns) or not np.all(np.abs(returns) == 1):
@@ -239,7 +239,7 @@ def table(groups: dict, threshold=None, reps: int = 5000, seed: int = 0, success
         elif threshold is not None:  # "solved" on a task without a level
             line += " n/a |"
         if success:
-            rates = [success_rates(run) for run in runs.values()]
+            rates = [success_rate(run) for run in runs.values()]
             line += " " + ("n/a" if None in rates else ", ".join(f"{100 * r:.0f}" for r in rates)) + " |"
         lines.append(line)
     return "\n".join(lines)
