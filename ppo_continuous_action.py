@@ -23,7 +23,7 @@ import random
 import signal
 import sys
 import time
-from collections import defaultdict, deque
+from collections import deque
 from dataclasses import asdict, dataclass
 from typing import Optional
 
@@ -53,6 +53,8 @@ class Args:
     """if toggled, `torch.backends.cudnn.deterministic=True`"""
     cuda: bool = True
     """if toggled, cuda will be used when available (CPU otherwise, with a notice)"""
+    cuda_graphs: bool = False
+    """on CUDA, record the rollout's policy forward and the update's minibatch step in CUDA graphs and replay them (no kernel launch overhead; fused Adam: other numbers than without)"""
     track: bool = False
     """if toggled, this experiment will be tracked with Weights and Biases"""
     wandb_project_name: str = "cleanRL"
@@ -303,6 +305,55 @@ def policy_loss(advantages: torch.Tensor, ratio: torch.Tensor, clip_coef: float)
     return torch.max(pg_loss1, pg_loss2).mean()
 
 
+def value_loss(newvalue: torch.Tensor, values: torch.Tensor, returns: torch.Tensor, clip_coef: Optional[float]) -> torch.Tensor:
+    """0.5 * the mean squared error of the new values to the returns; with clip_coef (--clip-vloss, as baselines' ppo2),
+    of each row the larger of that error and the one of the new value moved at most clip_coef from the rollout's."""
+    v_loss_unclipped = (newvalue - returns) ** 2
+    if clip_coef is None:
+        return 0.5 * v_loss_unclipped.mean()
+    v_clipped = values + torch.clamp(newvalue - values, -clip_coef, clip_coef)
+    v_loss_clipped = (v_clipped - returns) ** 2
+    return 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
+
+
+STATS = ("policy_loss", "value_loss", "entropy", "old_approx_kl", "approx_kl", "clipfrac", "loss", "grad_norm")
+
+
+def update_minibatch(args: Args, agent: Agent, optimizer: optim.Optimizer, minibatch: tuple) -> Optional[torch.Tensor]:
+    """One gradient step on minibatch = (obs, logprobs, actions, advantages, returns, values), the rows mb_inds of the b_*
+    tensors: the clipped surrogate, the value loss and the entropy bonus. Returns the step's statistics (STATS, in that
+    order) in one tensor, or None, without a step, where the approximate KL has passed args.target_kl. A function of
+    tensors and nothing else, so that --cuda-graphs can record it once and replay it."""
+    mb_obs, mb_logprobs, mb_actions, mb_advantages, mb_returns, mb_values = minibatch
+    _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb_obs, mb_actions)
+    assert newlogprob.shape == newvalue.shape == mb_returns.shape  # (minibatch,): no broadcasting below
+    logratio = newlogprob - mb_logprobs
+    ratio = logratio.exp()
+
+    with torch.no_grad():
+        # http://joschu.net/blog/kl-approx.html
+        old_approx_kl, approx_kl = all_mean(torch.stack(((-logratio).mean(), ((ratio - 1) - logratio).mean())))
+        clipfrac = ((ratio - 1.0).abs() > args.clip_coef).float().mean()
+    if args.target_kl is not None and approx_kl > args.target_kl:
+        return None  # no further minibatch or epoch
+
+    if args.norm_adv:  # by the statistics of the whole minibatch, every process's share of it
+        mb_mean, mb_std = whole_mean_std(mb_advantages)
+        mb_advantages = (mb_advantages - mb_mean) / (mb_std + 1e-8)
+
+    pg_loss = policy_loss(mb_advantages, ratio, args.clip_coef)
+    v_loss = value_loss(newvalue, mb_values, mb_returns, args.clip_coef if args.clip_vloss else None)
+    entropy_loss = entropy.mean()
+    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+
+    optimizer.zero_grad()
+    loss.backward()
+    average_gradients(agent)
+    grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+    optimizer.step()
+    return torch.stack((pg_loss, v_loss, entropy_loss, old_approx_kl, approx_kl, clipfrac, loss, grad_norm)).detach()
+
+
 def eval_action(agent: Agent, x: torch.Tensor, done: torch.Tensor, greedy: bool, memory=None) -> tuple:
     """The action an evaluation plays, the most likely one (greedy) or a sample, and what the policy remembers for the
     next step (ppo_rnn.py: the LSTM state, reset where done = 1; None for a memoryless policy)."""
@@ -311,14 +362,14 @@ def eval_action(agent: Agent, x: torch.Tensor, done: torch.Tensor, greedy: bool,
 
 # ==================================================================================================================
 # RUN MANAGEMENT: start-up checks and one-line errors, the checkpoint (save and restore side by side), evaluation,
-# logging helpers, torchrun. Identical in all four scripts (tests/test_drift.py pins it), and no part of the
+# the optimizer and CUDA graphs, logging helpers, torchrun. Identical in all four scripts (tests/test_drift.py pins it), and no part of the
 # algorithm: a first reading can skip to `if __name__ == "__main__":`, where each piece is called in one line.
 # ==================================================================================================================
 
 CHECKPOINT_FORMAT = 2  # raised whenever what a checkpoint holds changes; another format gets a one-line error
 # the Args fields a resumed run may change (how it runs and is recorded); every other field must equal the checkpoint's
 MAY_CHANGE_ON_RESUME = (
-    *("exp_name", "seed", "torch_deterministic", "cuda", "track", "wandb_project_name", "wandb_entity", "capture_video"),
+    *("exp_name", "seed", "torch_deterministic", "cuda", "cuda_graphs", "track", "wandb_project_name", "wandb_entity", "capture_video"),
     *("save_model", "save_every", "run_dir", "resume", "eval_checkpoint", "eval_episodes", "eval_greedy", "env_threads", "env_groups"),
     *("batch_size", "minibatch_size", "num_iterations"),
 )
@@ -346,7 +397,7 @@ def check_args(args: Args):
     for name in ("gamma", "gae_lambda"):
         if not 0 <= getattr(args, name) <= 1:
             fail(f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(args, name)}")
-    check_env(args)  # the env's kind, and what this script's domain adds (ppo_rnn.py: minibatches of whole envs)
+    check_env(args)  # the env's kind, and what this script's domain adds to these checks
     batch_size = args.num_envs * args.num_steps
     if batch_size % args.num_minibatches:
         fail(
@@ -364,6 +415,8 @@ def check_args(args: Args):
         fail(
             f"each of the {world_size} processes holds {batch_size // world_size} samples, not divisible by --num-minibatches {args.num_minibatches}"
         )
+    if args.cuda_graphs and (args.target_kl is not None or world_size > 1):
+        fail("--cuda-graphs records the whole minibatch step: it cannot stop at --target-kl or average over torchrun's processes; drop one")
 
 
 def start_up(args: Args, run_name: str) -> tuple:
@@ -438,7 +491,7 @@ def load_agent(agent, ckpt: dict, path: str):
 
 def moved(carry: tuple, to) -> tuple:
     """Copies of carry's tensors (nested in tuples) on the device `to`, or each on the device of its counterpart in `to`,
-    a carry of the same shape (ppo_atari.py keeps next_done on the host)."""
+    a carry of the same shape (a script may keep part of it on the host)."""
     return tuple(
         moved(x, y) if isinstance(x, tuple) else x.to(getattr(y, "device", y), copy=True)
         for x, y in zip(carry, to if isinstance(to, tuple) else [to] * len(carry), strict=True)
@@ -452,11 +505,11 @@ def make_checkpoint(args: Args, agent, optimizer, envs, global_step: int, iterat
     try:
         env_state = pickle.dumps(envs.envs)  # the sub-envs mid-episode, with their RNGs and wrappers
     except Exception:
-        env_state = None  # video recorders and ale-py's native vector env do not pickle: resume then starts new episodes
+        env_state = None  # video recorders and C++ vector envs do not pickle: resume then starts new episodes
     own = {
         "envs": env_state,
         "carry": moved(carry, torch.device("cpu")),
-        "normalization": copy.deepcopy(getattr(envs, "normalization", None)),  # ppo_continuous_action.py's statistics
+        "normalization": copy.deepcopy(getattr(envs, "normalization", None)),  # running statistics, where the envs keep some
         "rng": {
             "python": random.getstate(),
             "numpy": np.random.get_state(),
@@ -483,7 +536,7 @@ def restore(args: Args, ckpt: Optional[dict], rank: int, agent, optimizer, envs,
         return 0, 1, carry
     own = ckpt["ranks"][rank]  # this process's envs, carry and RNGs
     load_agent(agent, ckpt, args.resume)
-    optimizer.load_state_dict(ckpt["optimizer"])
+    load_optimizer(optimizer, ckpt["optimizer"])
     if own["normalization"] is not None:
         envs.normalization = own["normalization"]
     if own["envs"] is not None:
@@ -493,7 +546,7 @@ def restore(args: Args, ckpt: Optional[dict], rank: int, agent, optimizer, envs,
         next_obs, _ = envs.reset(seed=args.seed + ckpt["global_step"] + rank * envs.num_envs)
         carry = (torch.as_tensor(next_obs, dtype=carry[0].dtype, device=carry[0].device), *carry[1:])
         if rank == 0:
-            print("notice: the checkpoint holds no env state (native envs and video recorders do not pickle); new episodes start here")
+            print("notice: the checkpoint holds no env state (C++ vector envs and video recorders do not pickle); new episodes start here")
     random.setstate(own["rng"]["python"])
     np.random.set_state(own["rng"]["numpy"])
     torch.set_rng_state(own["rng"]["torch"])
@@ -636,6 +689,81 @@ def gather(obj) -> Optional[list]:
     return objs
 
 
+def make_update(args: Args, agent: nn.Module, device: torch.device) -> tuple:
+    """(Adam, the rollout's policy forward, the update's minibatch step). With --cuda-graphs on CUDA, the forward and the
+    step are recorded in CUDA graphs and replayed, and Adam runs fused and capturable, its learning rate a tensor on the
+    GPU that the recorded step reads (set_learning_rate fills it); elsewhere both run as they are, with foreach Adam."""
+    graphs = args.cuda_graphs and device.type == "cuda"
+    if args.cuda_graphs and not graphs:
+        print("notice: --cuda-graphs needs CUDA; on the CPU the policy and the update run as they are")
+    if not graphs:
+        return optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, foreach=True), agent.get_action_and_value, update_minibatch
+    lr = torch.tensor(args.learning_rate, device=device)
+    optimizer = optim.Adam(agent.parameters(), lr=lr, eps=1e-5, fused=True, capturable=True)
+    return optimizer, CudaGraph(agent.get_action_and_value), CudaGraph(update_minibatch)
+
+
+def set_learning_rate(optimizer: optim.Optimizer, lr: float):
+    """The learning rate of the next steps: in place where a recorded step reads it from a tensor (--cuda-graphs)."""
+    group = optimizer.param_groups[0]
+    if isinstance(group["lr"], torch.Tensor):
+        group["lr"].fill_(lr)
+    else:
+        group["lr"] = lr
+
+
+def load_optimizer(optimizer: optim.Optimizer, saved: dict):
+    """A checkpoint's Adam state into `optimizer`, which keeps how it runs (foreach, or fused and capturable) and where its
+    learning rate lives (a float, or the GPU tensor a recorded step reads), whatever the checkpoint's run used:
+    load_state_dict alone would put the saved options and the saved learning rate, loaded to the CPU, in their place."""
+    mine = optimizer.param_groups[0]
+    options = {name: mine[name] for name in ("foreach", "fused", "capturable")}
+    groups = [{**group, **options, "lr": float(group["lr"])} for group in saved["param_groups"]]
+    lr = mine["lr"]
+    optimizer.load_state_dict({**saved, "param_groups": groups})  # Adam's step counts go where these options need them
+    if isinstance(lr, torch.Tensor):  # the tensor the recorded step reads, now holding the saved learning rate
+        optimizer.param_groups[0]["lr"] = lr.fill_(optimizer.param_groups[0]["lr"])
+
+
+def tensors_of(args) -> list:
+    """The tensors in args, in order, in tuples nested to any depth (a minibatch may hold a recurrent state (h, c))."""
+    return [t for a in args for t in (tensors_of(a) if isinstance(a, tuple) else [a]) if isinstance(t, torch.Tensor)]
+
+
+def copied(a):
+    """a with each tensor in it, in tuples nested to any depth, replaced by a copy."""
+    return tuple(map(copied, a)) if isinstance(a, tuple) else a.clone() if isinstance(a, torch.Tensor) else a
+
+
+class CudaGraph:
+    """fn(*args) recorded once in a CUDA graph and replayed: one launch instead of one per kernel. The first `warmup`
+    calls run as they are (on a side stream, as CUDA graphs need); the next one records it on copies of its tensor
+    arguments (in tuples too), and every later call copies its own into those before the replay. The outputs are the
+    recorded ones, overwritten by the next call. fn must do the same work on every call: no branch on a tensor's value."""
+
+    def __init__(self, fn, warmup: int = 3):
+        self.fn, self.warmup, self.graph = fn, warmup, None
+
+    def __call__(self, *args):
+        if self.graph is None and self.warmup > 0:
+            self.warmup -= 1
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                out = self.fn(*args)
+            torch.cuda.current_stream().wait_stream(stream)
+            return out
+        if self.graph is None:
+            static = copied(args)
+            self.graph, self.inputs = torch.cuda.CUDAGraph(), tensors_of(static)
+            with torch.cuda.graph(self.graph):
+                self.outputs = self.fn(*static)
+        for mine, given in zip(self.inputs, tensors_of(args), strict=True):
+            mine.copy_(given)
+        self.graph.replay()
+        return self.outputs
+
+
 def make_writer(args: Args, run_name: str, rank: int, ckpt: Optional[dict]) -> Optional[SummaryWriter]:
     """TensorBoard at --run-dir (and wandb with --track) on rank 0, which records the whole run; None elsewhere. A resumed
     run hides what an earlier run in the same directory logged after the checkpoint (TensorBoard's purge_step)."""
@@ -671,12 +799,11 @@ def log_episodes(writer: Optional[SummaryWriter], finished: list) -> list:
     return [episode_return for _, episode_return, _ in episodes]
 
 
-def update_means(totals: dict, num_updates: int) -> dict:
-    """{name: sum over the update's minibatch steps} to {name: mean over those steps and every process} (zeros if none)."""
-    if not totals:
-        return defaultdict(float)
-    means = all_mean(torch.stack(list(totals.values())) / max(num_updates, 1)).tolist()
-    return dict(zip(totals, means, strict=True))
+def update_means(totals: torch.Tensor, num_updates: int) -> dict:
+    """The sums of the update's statistics (STATS) over its minibatch steps to {name: mean over those steps and every
+    process} (zeros where a --target-kl stop came before the first step)."""
+    means = all_mean(totals / max(num_updates, 1)).tolist()
+    return dict(zip(STATS, means, strict=True))
 
 
 def explained_variance(b_values: torch.Tensor, b_returns: torch.Tensor) -> float:
@@ -764,7 +891,7 @@ if __name__ == "__main__":
     # AGENT AND OPTIMIZER
     agent = Agent(envs, args).to(device)
     broadcast_parameters(agent)
-    optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, foreach=True)
+    optimizer, policy, update_step = make_update(args, agent, device)  # with --cuda-graphs on CUDA, both recorded in CUDA graphs
 
     # STORAGE
     # dones[t] = 1 where obs[t] is the first observation of a new episode (the previous step ended one);
@@ -798,7 +925,7 @@ if __name__ == "__main__":
             # LEARNING-RATE ANNEALING
             if args.anneal_lr:
                 frac = 1.0 - (iteration - 1.0) / args.num_iterations
-                optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+                set_learning_rate(optimizer, frac * args.learning_rate)
 
             # ROLLOUT
             for step in range(0, args.num_steps):
@@ -806,7 +933,7 @@ if __name__ == "__main__":
                 obs[step] = next_obs
                 dones[step] = next_done
                 with torch.inference_mode():
-                    action, logprob, _, value = agent.get_action_and_value(next_obs)
+                    action, logprob, _, value = policy(next_obs)
                 values[step] = value
                 actions[step] = action
                 logprobs[step] = logprob
@@ -842,54 +969,20 @@ if __name__ == "__main__":
             b_values = values.reshape(-1)  # (batch,)
 
             # UPDATE
+            batch = (b_obs, b_logprobs, b_actions, b_advantages, b_returns, b_values)
             b_inds = np.arange(batch_size)
-            totals, num_updates = {}, 0  # sums of the update's statistics over its minibatch steps
+            totals, num_updates = torch.zeros(len(STATS), device=device), 0  # sums of the update's statistics (STATS)
             kl_stop = False
             for _epoch in range(args.update_epochs):
                 np.random.shuffle(b_inds)
+                epoch_inds = torch.as_tensor(b_inds, device=device)
                 for start in range(0, batch_size, minibatch_size):
-                    mb_inds = b_inds[start : start + minibatch_size]
-
-                    _, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[mb_inds], b_actions[mb_inds])
-                    assert newlogprob.shape == newvalue.shape == (minibatch_size,)
-                    logratio = newlogprob - b_logprobs[mb_inds]
-                    ratio = logratio.exp()
-
-                    with torch.no_grad():
-                        # http://joschu.net/blog/kl-approx.html
-                        old_approx_kl, approx_kl = all_mean(torch.stack(((-logratio).mean(), ((ratio - 1) - logratio).mean())))
-                        clipfrac = ((ratio - 1.0).abs() > args.clip_coef).float().mean()
-                    if args.target_kl is not None and approx_kl > args.target_kl:
-                        kl_stop = True  # no further minibatch or epoch
+                    mb_inds = epoch_inds[start : start + minibatch_size]
+                    minibatch_stats = update_step(args, agent, optimizer, tuple(b[mb_inds] for b in batch))
+                    if minibatch_stats is None:
+                        kl_stop = True  # approx KL past --target-kl: no further minibatch or epoch
                         break
-
-                    mb_advantages = b_advantages[mb_inds]
-                    if args.norm_adv:  # by the statistics of the whole minibatch, every process's share of it
-                        mb_mean, mb_std = whole_mean_std(mb_advantages)
-                        mb_advantages = (mb_advantages - mb_mean) / (mb_std + 1e-8)
-
-                    pg_loss = policy_loss(mb_advantages, ratio, args.clip_coef)
-
-                    # Value loss
-                    if args.clip_vloss:
-                        v_loss_unclipped = (newvalue - b_returns[mb_inds]) ** 2
-                        v_clipped = b_values[mb_inds] + torch.clamp(newvalue - b_values[mb_inds], -args.clip_coef, args.clip_coef)
-                        v_loss_clipped = (v_clipped - b_returns[mb_inds]) ** 2
-                        v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
-                    else:
-                        v_loss = 0.5 * ((newvalue - b_returns[mb_inds]) ** 2).mean()
-
-                    entropy_loss = entropy.mean()
-                    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
-
-                    optimizer.zero_grad()
-                    loss.backward()
-                    average_gradients(agent)
-                    grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
-                    optimizer.step()
-                    minibatch_stats = dict(policy_loss=pg_loss, value_loss=v_loss, entropy=entropy_loss, old_approx_kl=old_approx_kl)
-                    minibatch_stats.update(approx_kl=approx_kl, clipfrac=clipfrac, loss=loss, grad_norm=grad_norm)
-                    totals = {name: totals.get(name, 0) + value.detach() for name, value in minibatch_stats.items()}
+                    totals += minibatch_stats
                     num_updates += 1
                 if kl_stop:
                     break
@@ -907,7 +1000,7 @@ if __name__ == "__main__":
             explained_var = explained_variance(b_values, b_returns)
             if rank == 0:
                 sps = int((global_step - start_step) / (time.time() - start_time))
-                writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+                writer.add_scalar("charts/learning_rate", float(optimizer.param_groups[0]["lr"]), global_step)
                 writer.add_scalar("losses/value_loss", stats["value_loss"], global_step)
                 writer.add_scalar("losses/policy_loss", stats["policy_loss"], global_step)
                 writer.add_scalar("losses/entropy", stats["entropy"], global_step)

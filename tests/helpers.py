@@ -139,13 +139,15 @@ def checkpoint_path(cwd) -> Path:
 
 
 def minibatch_ratio(g: dict) -> tuple:
-    """(new log-probs, ratio) of the minibatch step a run stopped in: the update's own where it runs inline in __main__,
-    recomputed from the unchanged agent where the step is a function (ppo_atari.py's update_minibatch)."""
-    if "newlogprob" in g:
-        return g["newlogprob"].detach(), g["ratio"].detach()
+    """(new log-probs, ratio) of the minibatch step a run stopped in (at its optimizer.step, before the parameters moved),
+    recomputed from the agent as update_minibatch computes them: ppo_rnn.py replays the sequences from mb_state."""
+    mb = g["mb_inds"]
     with torch.no_grad():
-        _, newlogprob, _, _ = g["agent"].get_action_and_value(g["b_obs"][g["mb_inds"]], g["b_actions"][g["mb_inds"]])
-    return newlogprob, (newlogprob - g["b_logprobs"][g["mb_inds"]]).exp()
+        if "mb_state" in g:
+            out = g["agent"].get_action_and_value(g["b_obs"][mb], g["mb_state"], g["b_dones"][mb], g["b_actions"][mb])
+        else:
+            out = g["agent"].get_action_and_value(g["b_obs"][mb], g["b_actions"][mb])
+    return out[1], (out[1] - g["b_logprobs"][mb]).exp()
 
 
 def interrupt_at_call(monkeypatch, cls, name, call_number):
