@@ -1,14 +1,8 @@
 """PPO for Atari (ale-py) with the DQN preprocessing and a shared Nature CNN, on gymnasium 1.x.
 
-    python ppo_atari.py                             # BreakoutNoFrameskip-v4, 10M steps: ~51 min on one H100 (1M: ~70 min on 2 cores)
-    python ppo_atari.py --num-envs 128 --num-steps 32 --num-minibatches 16 --cuda-graphs   # 8,182 SPS on an H100 box
-    python ppo_atari.py --env-id PongNoFrameskip-v4 --seed 2 --save-model
-    python ppo_atari.py --eval-checkpoint runs/<run>/ppo_atari.pt --env-id PongNoFrameskip-v4 --capture-video
-    python ppo_atari.py --env-id ALE/Breakout-v5    # v5: the emulator skips 4 frames, sticky actions
-    python ppo_atari.py --no-native-envs            # gymnasium's wrappers instead of ale-py's C++ vector env
-
-The games run in ale-py's native vector env (C++, a thread per core) by default; gymnasium's wrapper
-stack stays as the reference path (exact resume, colour video): docs/atari.md.
+    python ppo_atari.py --cuda-graphs               # BreakoutNoFrameskip-v4, 10M steps: ~51 min on one H100 (3,294 SPS)
+    python ppo_atari.py --num-envs 128 --num-steps 32 --num-minibatches 16 --cuda-graphs   # 8,182 SPS there: 10M in ~20 min
+    python ppo_atari.py --eval-checkpoint runs/<run>/ppo_atari.pt --capture-video  # --no-native-envs: gymnasium's wrappers
 
 Follows Schulman et al. 2017 (arXiv:1707.06347) and openai/baselines' ppo2 with every detail of
 "The 32 Implementation Details of PPO" (Huang and Dossa, 2020), corrected for gymnasium 1.x: no
@@ -39,7 +33,6 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.optim as optim
 import tyro
-from ale_py.vector_env import AtariVectorEnv
 from torch.distributions.categorical import Categorical
 from torch.utils.tensorboard import SummaryWriter
 
@@ -124,7 +117,7 @@ class Args:
     env_threads: int = 0
     """threads of each group of the native vector env (0: one per available core, shared among torchrun's local processes, at most the group's envs); --resume may change it"""
     env_groups: int = 0
-    """the native envs step in this many groups, one while the policy acts for the next (0: 2 on a GPU, 1 on CPU, where both share the cores)"""
+    """the native envs step in this many groups, one while the policy acts for the next (0: 2 on a GPU where each process's envs split in two, else 1)"""
 
     batch_size: int = 0
     """the batch size (computed in runtime)"""
@@ -152,15 +145,13 @@ def make_env(env_id: str, idx: int, capture_video: bool, run_name: str):
 
 
 class EpisodicLife(gym.Wrapper):
-    """A lost life ends the episode for learning; the emulator resets only at game over. Steps the agent never sees
-    start each life: a no-op after a lost life, then, where action 1 is FIRE, FIRE and action 2 (the serve; a game's
-    start has them too). Logs each whole game once, in the info of its last agent step, a game that ends in those
-    steps too: "r" its raw score (every step's rewards), "l" its agent steps. Pickles the emulator mid-game (ale-py's
-    env pickles only its constructor arguments), for exact resume."""
+    """A lost life ends the episode for learning, the game only when over. Each life starts with steps the agent never
+    sees: a no-op after a lost life, then the serve (FIRE and action 2, where action 1 is FIRE; at a game's start too).
+    Logs each game once, in its last agent step's info: "r" its raw score, "l" its agent steps. Pickles mid-game."""
 
     def __init__(self, env: gym.Env):
         super().__init__(env)
-        self.serve = (1, 2) if env.unwrapped.get_action_meanings()[1] == "FIRE" else ()
+        self.serve_actions = (1, 2) if env.unwrapped.get_action_meanings()[1] == "FIRE" else ()
         self.next_life, self.score, self.length = None, 0.0, 0
 
     def unseen(self, actions: tuple, obs, info) -> tuple:
@@ -178,7 +169,7 @@ class EpisodicLife(gym.Wrapper):
         lives, self.lives = self.lives, self.unwrapped.ale.lives()
         game_over, lost_life = terminated or truncated, self.lives < lives and not (terminated or truncated)
         if lost_life:  # the next life starts now, before the episode's end reaches the agent: a no-op, then the serve
-            obs_next, info_next, game_over = self.unseen((0, *self.serve), obs, info)
+            obs_next, info_next, game_over = self.unseen((0, *self.serve_actions), obs, info)
             self.next_life = None if game_over else (obs_next, info_next)  # what reset() returns
         if game_over:
             info = {**info, "episode": {"r": self.score, "l": self.length}}
@@ -188,7 +179,7 @@ class EpisodicLife(gym.Wrapper):
         start, self.next_life = self.next_life, None  # (obs, info) where the unseen steps started the next life
         while start is None:  # a new game (its serve at a time limit shorter than the opening: another one, unlogged)
             self.score, self.length = 0.0, 0
-            obs, info, over = self.unseen(self.serve, *self.env.reset(**kwargs))
+            obs, info, over = self.unseen(self.serve_actions, *self.env.reset(**kwargs))
             start, kwargs = None if over else (obs, info), {}
         self.lives = self.unwrapped.ale.lives()
         return start
@@ -203,118 +194,88 @@ class EpisodicLife(gym.Wrapper):
 
 
 class NativeAtari(gym.vector.VectorEnv):
-    """ale-py's AtariVectorEnv (the same emulator; no-ops, frame skip, max-pooling, 84x84 grayscale and
-    the frame stack done in C++ on a thread pool) with make_env's learning semantics: a lost life ends
-    the episode for learning while the game goes on, the next action after it is FIRE where the game has
-    it (the serve; `serve` says which envs' next step is one: the env plays FIRE whatever the action, and the update
-    leaves the row out of the policy terms), rewards clipped to their sign, and each whole game's raw score and
-    length in agent steps in infos["final_info"], as EpisodicLife logs them.
-
-    The envs come in `groups` equal parts (envs 0..k-1, k..2k-1, ...), each an AtariVectorEnv with its own threads:
-    send(actions, g) starts group g's step and recv(g) waits for it, so that one group steps while the policy acts
-    for another. Each env plays as it would in one group of all the envs (same seed, same games)."""
+    """ale-py's AtariVectorEnv (no-ops, max-pooled frame skip, 84x84 grayscale, frame stack: C++ threads) with make_env's
+    semantics: a lost life ends the episode, not the game; rewards clipped to their sign; whole games logged as EpisodicLife
+    logs them; a new life's first step is a serve, where the env plays FIRE, not the agent's action (`serving` says where).
+    Groups of envs, envs[parts[g]], each an AtariVectorEnv: send(actions, g) starts group g's step, recv(g) waits for it."""
 
     def __init__(self, env_id: str, num_envs: int, num_threads: int, groups: int = 1, **settings):
         spec = gym.spec(env_id.split(":")[-1]).kwargs  # "module:Game-v4" ids: gym.make imported the module
         skip = spec.get("frameskip", 4)  # NoFrameskip ids: 1, so skip 4 here with the max of the last two frames
-        cores = max(1, len(os.sched_getaffinity(0)) // int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
-        self.size = num_envs // groups  # envs per group
+        cores = max(1, len(os.sched_getaffinity(0)) // int(os.environ.get("LOCAL_WORLD_SIZE", 1)))  # this process's share
+        self.parts = [slice(g * num_envs // groups, (g + 1) * num_envs // groups) for g in range(groups)]
         self.vector_envs = [
-            AtariVectorEnv(
+            ale_py.AtariVectorEnv(
                 spec["game"],
-                self.size,
-                num_threads=num_threads or min(self.size, cores),
+                num_envs // groups,
+                num_threads=num_threads or min(num_envs // groups, cores),
                 frameskip=4 if skip == 1 else skip,
                 maxpool=skip == 1,
-                repeat_action_probability=spec.get("repeat_action_probability", 0.25),
-                full_action_space=spec.get("full_action_space", False),
-                max_num_frames_per_episode=spec.get("max_num_frames_per_episode", 108000),
                 life_loss_info=True,  # not episodic_life=True: that restarts the whole game at every lost life
                 reward_clipping=False,  # the score is the raw rewards' sum; learning gets their sign below
                 autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+                **{k: spec[k] for k in ("repeat_action_probability", "full_action_space", "max_num_frames_per_episode") if k in spec},
                 **{"noop_max": 30, "use_fire_reset": True, **settings},  # FIRE at a game's start; send() serves a new life
             )
             for _ in range(groups)
         ]
-        self.num_groups, self.num_envs, self.metadata = groups, num_envs, {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
-        self.single_observation_space, self.single_action_space = (
-            self.vector_envs[0].single_observation_space,
-            self.vector_envs[0].single_action_space,
-        )
-        self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, num_envs)
+        self.num_envs, self.metadata, first = num_envs, {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}, self.vector_envs[0]
+        self.single_observation_space, self.single_action_space = first.single_observation_space, first.single_action_space
         self.action_space = gym.vector.utils.batch_space(self.single_action_space, num_envs)
         self.returns, self.lengths, self.frames = np.zeros(num_envs), np.zeros(num_envs, dtype=np.int64), None
-        self.serve = np.zeros(num_envs, dtype=bool)
-        self.fire = settings.get("use_fire_reset", True) and self.vector_envs[0].ale.get_action_set()[1] == ale_py.Action.FIRE
+        self.serving = np.zeros(num_envs, dtype=bool)
+        self.fire = settings.get("use_fire_reset", True) and first.ale.get_action_set()[1] == ale_py.Action.FIRE
 
     def reset(self, *, seed=None, options=None):
         seeds = seed + np.arange(self.num_envs) if isinstance(seed, int) else seed  # env i: seed + i, whatever its group
-        parts = [env.reset(seed=None if seeds is None else seeds[self.part(g)]) for g, env in enumerate(self.vector_envs)]
-        obs, infos = np.concatenate([obs for obs, _ in parts]), {k: np.concatenate([i[k] for _, i in parts]) for k in parts[0][1]}
-        self.returns[:], self.lengths[:], self.serve[:], self.frames = 0, 0, False, infos["episode_frame_number"]
+        out = [env.reset(seed=None if seeds is None else seeds[part]) for env, part in zip(self.vector_envs, self.parts, strict=True)]
+        obs, infos = np.concatenate([obs for obs, _ in out]), {k: np.concatenate([i[k] for _, i in out]) for k in out[0][1]}
+        self.returns[:], self.lengths[:], self.serving[:], self.frames = 0, 0, False, infos["episode_frame_number"]
         return obs, infos
 
-    def part(self, group: int) -> slice:
-        return slice(group * self.size, (group + 1) * self.size)
-
     def send(self, actions: np.ndarray, group: int = 0):
-        # a new life waits for FIRE: the env presses it in place of the agent's action (ignored on that one step)
-        self.vector_envs[group].send(np.where(self.serve[self.part(group)], 1, actions))
+        self.vector_envs[group].send(np.where(self.serving[self.parts[group]], 1, actions))  # a serve plays FIRE
 
     def recv(self, group: int = 0) -> tuple:
         obs, rewards, terminations, truncations, infos = self.vector_envs[group].recv()
-        part = self.part(group)
-        self.returns[part] += rewards
-        self.lengths[part] += 1
-        # the game was restarted (over, or at its time limit) where the emulator's frame count fell: the lives count
-        # cannot tell, since a new game can start with fewer lives than the last one held (bonus lives), and a life lost
-        # on the step that reached the time limit reads as a termination
+        part = self.parts[group]
+        self.returns[part], self.lengths[part] = self.returns[part] + rewards, self.lengths[part] + 1
+        # a new game started (over, or at its time limit) where the emulator's frame count fell: the lives cannot tell
+        # (a new game may start with fewer than the last held), nor can terminations (a life lost at the time limit)
         game_over = truncations | (infos["episode_frame_number"] < self.frames[part])
         self.frames[part] = infos["episode_frame_number"]
-        self.serve[part] = terminations & ~game_over & self.fire
+        self.serving[part] = terminations & ~game_over & self.fire
         if game_over.any():
             infos["final_info"] = {"episode": {"r": self.returns[part].copy(), "l": self.lengths[part].copy()}, "_episode": game_over}
             self.returns[part][game_over], self.lengths[part][game_over] = 0, 0
         return obs, np.sign(rewards).astype(np.float64), terminations, truncations, infos
-
-    def step(self, actions: np.ndarray) -> tuple:
-        """send and recv of the one group (the tests, benchmark/raw_env_sps.py); with groups, the rollout takes them in turns."""
-        if self.num_groups != 1:
-            raise ValueError(f"step() plays one group of envs, not {self.num_groups}; send(actions, g) and recv(g) each group")
-        self.send(actions)
-        return self.recv()
 
     def close_extras(self, **kwargs):
         for env in self.vector_envs:
             env.close()
 
 
-class SyncVectorEnv(gym.vector.SyncVectorEnv):
-    """gymnasium's SyncVectorEnv with NativeAtari's send and recv: one group, stepped when its result is asked for."""
+class WrapperEnvs(gym.vector.SyncVectorEnv):
+    """make_env's envs in gymnasium's SyncVectorEnv, stepped as NativeAtari's one group: send(actions), then recv()."""
 
-    num_groups = 1
+    parts = [slice(None)]
+    serving = property(lambda self: np.zeros(self.num_envs, dtype=bool))  # EpisodicLife serves in steps the agent never sees
 
     def send(self, actions: np.ndarray, group: int = 0):
         self.actions = actions
-
-    @property
-    def serve(self) -> np.ndarray:  # none: EpisodicLife serves in steps the agent does not see
-        return np.zeros(self.num_envs, dtype=bool)
 
     def recv(self, group: int = 0) -> tuple:
         return self.step(self.actions)
 
 
 def make_envs(args: Args, num_envs: int, run_name: str, rank: int) -> gym.vector.VectorEnv:
-    """The native vector env, or gymnasium's wrappers in a SyncVectorEnv; both in SAME_STEP autoreset mode. Evaluation
-    plays through gymnasium's wrappers: FIRE after every lost life, so a greedy agent cannot stall waiting to serve."""
-    if args.native_envs and args.capture_video and args.eval_checkpoint is None and rank == 0:
-        print("notice: --capture-video records colour frames through gymnasium's wrappers: the native vector env is not used")
-    if args.native_envs and not args.capture_video and args.eval_checkpoint is None:  # evaluation: the reference path
-        groups = args.env_groups or (2 if args.cuda and torch.cuda.is_available() else 1)  # a GPU's policy lets the cores step
+    """ale-py's native vector env, or make_env's gymnasium wrappers (--no-native-envs, --capture-video, and evaluation,
+    where FIRE after every lost life keeps a greedy agent from stalling); both in SAME_STEP autoreset mode."""
+    if args.native_envs and not args.capture_video and args.eval_checkpoint is None:
+        groups = args.env_groups or (2 if args.cuda and torch.cuda.is_available() and num_envs % 2 == 0 else 1)  # a GPU acts, cores step
         return NativeAtari(args.env_id, num_envs, args.env_threads, groups)
     thunks = [make_env(args.env_id, i, args.capture_video and rank == 0, run_name) for i in range(num_envs)]
-    return SyncVectorEnv(thunks, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    return WrapperEnvs(thunks, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
 
 
 def check_env(args: Args):
@@ -330,16 +291,10 @@ def check_env(args: Args):
     if not isinstance(env.unwrapped, ale_py.AtariEnv):
         fail(f"{env_id} is not an Atari game; use ppo.py (or ppo_continuous_action.py for continuous actions)")
     if native and (not isinstance(env.spec.kwargs.get("frameskip", 4), int) or {"mode", "difficulty"} & env.spec.kwargs.keys()):
-        fail(
-            f"ale-py's native vector env cannot play {env_id} (random frame skip or game mode); use a NoFrameskip-v4 or v5 id, or --no-native-envs"
-        )
-    if args.env_groups < 0 or (args.env_groups > 1 and not native):
-        fail(
-            f"--env-groups {args.env_groups}: groups are of the native envs, 0 (automatic) or more; drop it or the flag that turns them off"
-        )
-    processes = int(os.environ.get("WORLD_SIZE", 1))  # torchrun's
-    if args.env_groups and (args.num_envs // processes) % args.env_groups:
-        fail(f"--env-groups {args.env_groups} does not divide each process's {args.num_envs // processes} envs; pick a divisor")
+        fail(f"the native vector env cannot play {env_id} (random frame skip or a game mode); use a v4 or v5 id, or --no-native-envs")
+    envs_per_process = args.num_envs // int(os.environ.get("WORLD_SIZE", 1))
+    if args.env_groups < 0 or (args.env_groups > 1 and not native) or (args.env_groups and envs_per_process % args.env_groups):
+        fail(f"--env-groups {args.env_groups}: for the native envs, 0 (automatic) or a divisor of {envs_per_process}; change or drop it")
 
 
 def layer_init(layer: nn.Linear, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Linear:
@@ -370,13 +325,13 @@ class Agent(nn.Module):
         return self.critic(self.network(x / 255.0)).squeeze(-1)  # (B,); uint8 pixels scaled to [0, 1] here
 
     def get_action_and_value(self, x: torch.Tensor, action: Optional[torch.Tensor] = None):
-        hidden = self.network(x / 255.0)  # (B, 512)
-        logits = self.actor(hidden)  # (B, n_actions)
+        x = self.network(x / 255.0)  # (B, 512): the trunk's features, for both heads
+        logits = self.actor(x)  # (B, n_actions)
         probs = Categorical(logits=logits, validate_args=False)
         if action is None:
             action = probs.sample()
         # (B,) action, (B,) log-prob, (B,) entropy, (B,) value
-        return action, probs.log_prob(action), probs.entropy(), self.critic(hidden).squeeze(-1)
+        return action, probs.log_prob(action), probs.entropy(), self.critic(x).squeeze(-1)
 
 
 def compute_gae(rewards, values, dones, next_value, next_done, gamma: float, gae_lambda: float):
@@ -426,14 +381,13 @@ def update_minibatch(args: Args, agent: Agent, optimizer: optim.Optimizer, minib
     """One gradient step on minibatch = (obs, logprobs, actions, advantages, returns, values, served), the rows mb_inds of the b_*
     tensors: the clipped surrogate, the value loss and the entropy bonus. Returns the step's statistics (STATS, in that
     order) in one tensor, or None, without a step, where the approximate KL has passed args.target_kl. A function of
-    tensors and nothing else, so that --cuda-graphs can record it once and replay it. The serve rows (served = 1) weigh 0
-    in the policy's terms and statistics: the env played FIRE there, not the stored action; the value loss takes them."""
+    tensors and nothing else, so that --cuda-graphs can record it once and replay it. Serve rows weigh 0 in the policy's terms."""
     mb_obs, mb_logprobs, mb_actions, mb_advantages, mb_returns, mb_values, mb_served = minibatch
     _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb_obs, mb_actions)
     assert newlogprob.shape == newvalue.shape == mb_returns.shape  # (minibatch,): no broadcasting below
     logratio = newlogprob - mb_logprobs
     ratio = logratio.exp()
-    played = 1.0 - mb_served  # a serve row's stored action is the policy's sample, but the env played FIRE
+    played = 1.0 - mb_served  # the env played FIRE on a serve row, not its action: weights 0 there, N / played elsewhere
 
     with torch.no_grad():
         # http://joschu.net/blog/kl-approx.html
@@ -446,7 +400,6 @@ def update_minibatch(args: Args, agent: Agent, optimizer: optim.Optimizer, minib
         mb_mean, mb_std = whole_mean_std(mb_advantages)
         mb_advantages = (mb_advantages - mb_mean) / (mb_std + 1e-8)
 
-    # weights 0 on the serve rows and N / (rows played) on the others: the surrogate's mean is that of the played rows
     pg_loss = policy_loss(mb_advantages * played / played.mean().clamp(min=1.0 / len(played)), ratio, args.clip_coef)
     v_loss = value_loss(newvalue, mb_values, mb_returns, args.clip_coef if args.clip_vloss else None)
     entropy_loss = played_mean(entropy, played)
@@ -475,7 +428,7 @@ def eval_action(agent: Agent, x: torch.Tensor, done: torch.Tensor, greedy: bool,
 CHECKPOINT_FORMAT = 2  # raised whenever what a checkpoint holds changes; another format gets a one-line error
 # the Args fields a resumed run may change (how it runs and is recorded); every other field must equal the checkpoint's
 MAY_CHANGE_ON_RESUME = (
-    *("exp_name", "seed", "torch_deterministic", "cuda", "cuda_graphs", "track", "wandb_project_name", "wandb_entity", "capture_video"),
+    *("exp_name", "seed", "torch_deterministic", "cuda", "track", "wandb_project_name", "wandb_entity", "capture_video"),
     *("save_model", "save_every", "run_dir", "resume", "eval_checkpoint", "eval_episodes", "eval_greedy", "env_threads", "env_groups"),
     *("batch_size", "minibatch_size", "num_iterations"),
 )
@@ -891,6 +844,14 @@ def make_writer(args: Args, run_name: str, rank: int, ckpt: Optional[dict]) -> O
     return writer
 
 
+def ended_episodes(infos: dict, global_step: int) -> list:
+    """(global_step, return, length) of each episode that ended in a step, from its infos' "final_info" (SAME_STEP mode)."""
+    if "final_info" not in infos or "episode" not in infos["final_info"]:
+        return []
+    episodes = infos["final_info"]["episode"]
+    return [(global_step, float(episodes["r"][i]), int(episodes["l"][i])) for i in np.flatnonzero(infos["final_info"]["_episode"])]
+
+
 def log_episodes(writer: Optional[SummaryWriter], finished: list) -> list:
     """Write every process's finished episodes, (global_step, return, length), to TensorBoard in the order they ended,
     and empty `finished`; return their returns (on rank 0; [] on the others)."""
@@ -1001,9 +962,7 @@ if __name__ == "__main__":
     # dones[t] = 1 where obs[t] is the first observation of a new episode (the previous step ended one);
     # rewards[t] includes gamma * V(final_obs) where step t hit a time limit (bootstrap_truncation).
     storage_shape = (args.num_steps, num_envs)
-    obs = torch.zeros(
-        storage_shape + envs.single_observation_space.shape, dtype=torch.uint8, device=device
-    )  # (num_steps, num_envs, 4, 84, 84)
+    obs = torch.zeros(storage_shape + envs.single_observation_space.shape, dtype=torch.uint8, device=device)  # 4 stacked 84x84 frames
     actions = torch.zeros(storage_shape + envs.single_action_space.shape, dtype=torch.long, device=device)  # (num_steps, num_envs)
     logprobs = torch.zeros(storage_shape, device=device)  # (num_steps, num_envs)
     # rewards and dones stay on the host (pinned on CUDA) until GAE: a step copies only the observation to the device
@@ -1012,7 +971,6 @@ if __name__ == "__main__":
     served = torch.zeros(storage_shape, pin_memory=device.type == "cuda")  # (num_steps, num_envs): 1 where the env served
     values = torch.zeros(storage_shape, device=device)  # (num_steps, num_envs)
     host_obs = torch.zeros(obs.shape[1:], dtype=torch.uint8, pin_memory=device.type == "cuda").numpy()  # what the envs return
-    groups = [slice(g * num_envs // envs.num_groups, (g + 1) * num_envs // envs.num_groups) for g in range(envs.num_groups)]
 
     next_obs_np, _ = envs.reset(seed=args.seed + rank * num_envs)  # env seeds: the same set as a plain run's
     envs.action_space.seed(args.seed + rank)
@@ -1038,11 +996,10 @@ if __name__ == "__main__":
                 set_learning_rate(optimizer, frac * args.learning_rate)
 
             # ROLLOUT
-            # the envs step in groups (two with the native envs on a GPU): while one group steps, the policy acts for the
-            # next. A group's step comes back (recv) before the policy acts on what it returned: every row is on-policy
-            for step in range(0, args.num_steps + 1):  # the last pass only collects each group's last step
-                global_step += args.num_envs if step > 0 else 0  # the transitions of step - 1, collected in this pass
-                for g, part in enumerate(groups):
+            # pass `step`, each group in turn: receive its step - 1 (row step - 1), act for row step, send (one steps, one acts)
+            for step in range(0, args.num_steps + 1):  # the last pass only receives
+                global_step += args.num_envs if step > 0 else 0  # the transitions of step - 1, received in this pass
+                for g, part in enumerate(envs.parts):
                     if step > 0:
                         next_obs_np, reward, terminations, truncations, infos = envs.recv(g)
                         if args.bootstrap_truncation and "final_obs" in infos:
@@ -1056,22 +1013,17 @@ if __name__ == "__main__":
                         next_done[part] = torch.as_tensor(terminations | truncations)
                         host_obs[part] = next_obs_np  # pinned on CUDA (numpy's copy: torch's threads stay asleep)
                         next_obs[part].copy_(torch.from_numpy(host_obs[part]), non_blocking=True)  # the step's one copy
-
-                        if "final_info" in infos and "episode" in infos["final_info"]:
-                            episodes = infos["final_info"]["episode"]
-                            for i in np.flatnonzero(infos["final_info"]["_episode"]):
-                                finished.append((global_step, float(episodes["r"][i]), int(episodes["l"][i])))
-                    if step == args.num_steps:
-                        continue
-                    obs[step, part] = next_obs[part]
-                    dones[step, part] = next_done[part]
-                    served[step, part] = torch.from_numpy(envs.serve[part])  # the first step of a new life plays FIRE
-                    with torch.inference_mode():
-                        action, logprob, _, value = policy(next_obs[part])
-                    values[step, part] = value
-                    actions[step, part] = action
-                    logprobs[step, part] = logprob
-                    envs.send(action.cpu().numpy(), g)
+                        finished.extend(ended_episodes(infos, global_step))
+                    if step < args.num_steps:
+                        obs[step, part] = next_obs[part]
+                        dones[step, part] = next_done[part]
+                        served[step, part] = torch.from_numpy(envs.serving[part])  # a new life's first step: the env plays FIRE
+                        with torch.inference_mode():
+                            action, logprob, _, value = policy(next_obs[part])
+                        values[step, part] = value
+                        actions[step, part] = action
+                        logprobs[step, part] = logprob
+                        envs.send(action.cpu().numpy(), g)
 
             # ADVANTAGES
             with torch.inference_mode():

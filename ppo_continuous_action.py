@@ -369,7 +369,7 @@ def eval_action(agent: Agent, x: torch.Tensor, done: torch.Tensor, greedy: bool,
 CHECKPOINT_FORMAT = 2  # raised whenever what a checkpoint holds changes; another format gets a one-line error
 # the Args fields a resumed run may change (how it runs and is recorded); every other field must equal the checkpoint's
 MAY_CHANGE_ON_RESUME = (
-    *("exp_name", "seed", "torch_deterministic", "cuda", "cuda_graphs", "track", "wandb_project_name", "wandb_entity", "capture_video"),
+    *("exp_name", "seed", "torch_deterministic", "cuda", "track", "wandb_project_name", "wandb_entity", "capture_video"),
     *("save_model", "save_every", "run_dir", "resume", "eval_checkpoint", "eval_episodes", "eval_greedy", "env_threads", "env_groups"),
     *("batch_size", "minibatch_size", "num_iterations"),
 )
@@ -785,6 +785,14 @@ def make_writer(args: Args, run_name: str, rank: int, ckpt: Optional[dict]) -> O
     return writer
 
 
+def ended_episodes(infos: dict, global_step: int) -> list:
+    """(global_step, return, length) of each episode that ended in a step, from its infos' "final_info" (SAME_STEP mode)."""
+    if "final_info" not in infos or "episode" not in infos["final_info"]:
+        return []
+    episodes = infos["final_info"]["episode"]
+    return [(global_step, float(episodes["r"][i]), int(episodes["l"][i])) for i in np.flatnonzero(infos["final_info"]["_episode"])]
+
+
 def log_episodes(writer: Optional[SummaryWriter], finished: list) -> list:
     """Write every process's finished episodes, (global_step, return, length), to TensorBoard in the order they ended,
     and empty `finished`; return their returns (on rank 0; [] on the others)."""
@@ -900,14 +908,15 @@ if __name__ == "__main__":
     obs = torch.zeros(storage_shape + envs.single_observation_space.shape, device=device)  # (num_steps, num_envs, *obs_shape)
     actions = torch.zeros(storage_shape + envs.single_action_space.shape, device=device)  # (num_steps, num_envs, act_dim)
     logprobs = torch.zeros(storage_shape, device=device)  # (num_steps, num_envs)
-    rewards = torch.zeros(storage_shape, device=device)  # (num_steps, num_envs)
-    dones = torch.zeros(storage_shape, device=device)  # (num_steps, num_envs)
+    # rewards and dones stay on the host (pinned on CUDA) until GAE: a step copies only the observation to the device
+    rewards = torch.zeros(storage_shape, pin_memory=device.type == "cuda")  # (num_steps, num_envs)
+    dones = torch.zeros(storage_shape, pin_memory=device.type == "cuda")  # (num_steps, num_envs)
     values = torch.zeros(storage_shape, device=device)  # (num_steps, num_envs)
 
     next_obs_np, _ = envs.reset(seed=args.seed + rank * num_envs)  # env seeds: the same set as a plain run's
     envs.action_space.seed(args.seed + rank)
     next_obs = torch.as_tensor(next_obs_np, dtype=obs.dtype, device=device)  # (num_envs, *obs_shape)
-    next_done = torch.zeros(num_envs, device=device)  # (num_envs,)
+    next_done = torch.zeros(num_envs)  # (num_envs,), on the host
     # --resume: the checkpoint's agent, optimizer, counters, RNGs and envs mid-episode replace the fresh ones
     global_step, start_iteration, (next_obs, next_done) = restore(args, ckpt, rank, agent, optimizer, envs, (next_obs, next_done))
     recent_returns = deque(maxlen=100)
@@ -946,19 +955,16 @@ if __name__ == "__main__":
                         final_obs = torch.as_tensor(np.stack(infos["final_obs"][trunc]), dtype=obs.dtype, device=device)
                         with torch.inference_mode():
                             reward[trunc] += args.gamma * agent.get_value(final_obs).cpu().numpy()
-                rewards[step] = torch.as_tensor(reward, device=device)
+                rewards[step] = torch.as_tensor(reward)
                 next_obs = torch.as_tensor(next_obs_np, dtype=obs.dtype, device=device)
-                next_done = torch.as_tensor(terminations | truncations, dtype=torch.float32, device=device)
-
-                if "final_info" in infos and "episode" in infos["final_info"]:
-                    episodes = infos["final_info"]["episode"]
-                    for i in np.flatnonzero(infos["final_info"]["_episode"]):
-                        finished.append((global_step, float(episodes["r"][i]), int(episodes["l"][i])))
+                next_done = torch.as_tensor(terminations | truncations, dtype=torch.float32)
+                finished.extend(ended_episodes(infos, global_step))
 
             # ADVANTAGES
             with torch.inference_mode():
                 next_value = agent.get_value(next_obs)
-            advantages, returns = compute_gae(rewards, values, dones, next_value, next_done, args.gamma, args.gae_lambda)
+            gae_inputs = (rewards.to(device), values, dones.to(device), next_value, next_done.to(device))  # rewards, dones: host
+            advantages, returns = compute_gae(*gae_inputs, args.gamma, args.gae_lambda)
 
             # FLATTEN
             b_obs = obs.reshape((-1,) + envs.single_observation_space.shape)  # (batch, *obs_shape)

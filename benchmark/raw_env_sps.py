@@ -23,17 +23,19 @@ num_envs = int(sys.argv[3]) if len(sys.argv) > 3 and sys.argv[3] else module.Arg
 
 
 def measure(envs, name: str, sampled: bool = True):
+    # NativeAtari steps as the rollout steps it: send the actions, receive the step
+    step = (lambda actions: envs.send(actions) or envs.recv()) if hasattr(envs, "recv") else envs.step
     envs.reset(seed=1)
     envs.action_space.seed(1)
     actions = [envs.action_space.sample() for _ in range(1000)]
     start = time.perf_counter()
-    for step in range(num_steps):
-        envs.step(actions[step % 1000])
+    for t in range(num_steps):
+        step(actions[t % 1000])
     elapsed = time.perf_counter() - start
     if sampled:
         start = time.perf_counter()
         for _ in range(num_steps // 5):
-            envs.step(envs.action_space.sample())
+            step(envs.action_space.sample())
         rate = (num_steps // 5) * num_envs / (time.perf_counter() - start)
         print(f"raw {env_id} x{num_envs} {name}, action_space.sample() each step: {int(rate)} steps/s")
     print(f"raw {env_id} x{num_envs} {name}, random actions drawn in advance: {int(num_steps * num_envs / elapsed)} steps/s")

@@ -104,8 +104,8 @@ def _worker(rank: int, world_size: int, port: int, script: str, argvs: list, cwd
             names = ["b_obs", "b_actions", "b_logprobs", "b_advantages", "b_returns", "b_values", "b_dones"]
             keep["minibatch"] = {name: g[name][mb].detach().cpu() for name in names if name in g}
             keep["mb_inds"] = mb
-            if "initial_rnn_state" in g:
-                keep["mb_state"] = tuple(s[:, g["mbenvinds"]].cpu() for s in g["initial_rnn_state"])
+            if "mb_state" in g:
+                keep["mb_state"] = tuple(s.cpu() for s in g["mb_state"])
     torch.save(keep, Path(out) / f"rank{rank}.pt")
 
 

@@ -165,6 +165,12 @@ def native(env_id="BreakoutNoFrameskip-v4", num_envs=1, **settings):
     return load(SCRIPT).NativeAtari(env_id, num_envs, 1, **settings)
 
 
+def step(envs, actions) -> tuple:
+    """One step of a NativeAtari of one group, as the rollout takes it: send the actions, receive the step."""
+    envs.send(actions)
+    return envs.recv()
+
+
 def test_native_life_loss_ends_the_episode_for_learning_but_not_the_game():
     """A lost life terminates (no bootstrap) while the game goes on: the lives count down, the frame
     count runs on, the broken bricks stay broken, nothing is logged. Game over starts a new game."""
@@ -176,7 +182,7 @@ def test_native_life_loss_ends_the_episode_for_learning_but_not_the_game():
     score = 0.0
     while game_overs < 2:
         lives, frame = infos["lives"][0], infos["episode_frame_number"][0]
-        obs, reward, terminations, truncations, infos = envs.step(rng.integers(4, size=1))
+        obs, reward, terminations, truncations, infos = step(envs, rng.integers(4, size=1))
         score += reward[0]
         assert not truncations[0]
         if not terminations[0]:
@@ -206,18 +212,18 @@ def test_native_env_serves_each_new_life():
     envs.reset(seed=np.array([1, 1]))  # two copies of one game
     noop, left = np.zeros(2, dtype=np.int64), np.array([0, 3])
     for _ in range(200):  # to the first lost life (the game's start is served: about 20 steps)
-        _, _, terminations, _, _ = envs.step(noop)
+        _, _, terminations, _, _ = step(envs, noop)
         if terminations[0]:
             break
     assert terminations[0]
-    obs, *_ = envs.step(left)  # served: LEFT is not played
+    obs, *_ = step(envs, left)  # served: LEFT is not played
     assert np.array_equal(obs[0], obs[1])
-    obs, *_ = envs.step(left)  # in play: it is
+    obs, *_ = step(envs, left)  # in play: it is
     assert not np.array_equal(obs[0], obs[1])
     envs.reset(seed=2)
     life_losses, game_overs, steps = 0, 0, 0
     while game_overs < 2 and steps < 2000:  # unserved, a life would wait for the time limit (27,000 steps)
-        _, _, terminations, truncations, infos = envs.step(noop)
+        _, _, terminations, truncations, infos = step(envs, noop)
         steps += 1
         assert not truncations.any()
         over = "final_info" in infos and infos["final_info"]["_episode"][0]
@@ -241,7 +247,7 @@ def test_native_rewards_are_clipped_for_learning_and_the_logged_return_is_the_sc
     envs.reset(seed=0)
     rng, start, games = np.random.default_rng(0), np.zeros(2, dtype=int), 0
     while games < 3:
-        _, reward, terminations, truncations, infos = envs.step(rng.integers(envs.single_action_space.n, size=2))
+        _, reward, terminations, truncations, infos = step(envs, rng.integers(envs.single_action_space.n, size=2))
         np.testing.assert_array_equal(reward, np.sign(raw[-1]))
         assert reward.dtype == np.float64
         for i in np.flatnonzero(infos.get("final_info", {}).get("_episode", np.zeros(2, bool))):
@@ -265,7 +271,7 @@ def test_native_truncation_is_bootstrapped(tmp_path, monkeypatch):
     np.testing.assert_array_equal(obs, g["obs"][0].numpy())
     for t in range(128):
         previous = obs
-        obs, reward, terminations, truncations, infos = replay.step(g["actions"][t].numpy())
+        obs, reward, terminations, truncations, infos = step(replay, g["actions"][t].numpy())
         assert not terminations.any() and truncations.all() == (t == 99)
         if t == 99:
             np.testing.assert_array_equal(infos["final_obs"][:, :3], previous[:, 1:])  # the game's last stack, not a stale one
@@ -284,7 +290,7 @@ def test_native_time_limit_ends_the_game_even_when_the_lives_count_drops():
     rng = np.random.default_rng(0)
     for t in range(1000):
         lives = infos["lives"]
-        _, _, terminations, truncations, infos = envs.step(rng.integers(envs.single_action_space.n, size=2))
+        _, _, terminations, truncations, infos = step(envs, rng.integers(envs.single_action_space.n, size=2))
         assert truncations.all() == (t == 999) and not terminations[truncations].any()
     assert (infos["lives"] < lives).any()  # the case in point: a restart that lowered the count
     assert infos["final_info"]["_episode"].all() and (infos["final_info"]["episode"]["l"] == 1000).all()
@@ -301,7 +307,7 @@ def test_native_env_matches_the_gymnasium_wrappers(env_id, monkeypatch):
     module = load(SCRIPT)
     monkeypatch.setattr(gym.wrappers, "AtariPreprocessing", functools.partial(gym.wrappers.AtariPreprocessing, noop_max=0))
     env = module.make_env(env_id, 0, False, "test")()
-    layer(env, module.EpisodicLife).serve = ()  # no FIRE after a reset or a lost life
+    layer(env, module.EpisodicLife).serve_actions = ()  # no FIRE after a reset or a lost life
     envs = module.NativeAtari(env_id, 1, 1, noop_max=0, use_fire_reset=False)
     a, _ = env.reset(seed=0)
     (b,), _ = envs.reset(seed=0)
@@ -312,7 +318,7 @@ def test_native_env_matches_the_gymnasium_wrappers(env_id, monkeypatch):
             assert all(np.array_equal(frame, a[-1]) for frame in a)  # gymnasium: the first frame four times
         action = int(rng.integers(env.action_space.n))
         a, reward_a, term_a, trunc_a, info_a = env.step(action)
-        (b,), (reward_b,), (term_b,), (trunc_b,), infos = envs.step(np.array([action]))
+        (b,), (reward_b,), (term_b,), (trunc_b,), infos = step(envs, np.array([action]))
         steps, seen = steps + 1, min(seen + 1, 4)
         assert (reward_a, term_a, trunc_a) == (reward_b, term_b, trunc_b)
         assert ("episode" in info_a) == ("final_info" in infos)
@@ -326,7 +332,7 @@ def test_native_env_matches_the_gymnasium_wrappers(env_id, monkeypatch):
             games, seen, lost_in_game = games + 1, 1, 0
         elif term_a:  # a lost life: gymnasium steps a no-op and restarts its stack
             a, _ = env.reset()
-            (b,), (reward_b,), (term_b,), _, _ = envs.step(np.array([0]))
+            (b,), (reward_b,), (term_b,), _, _ = step(envs, np.array([0]))
             assert not term_b and np.array_equal(a[-1], b[-1])
             seen, life_losses, lost_in_game = 1, life_losses + 1, lost_in_game + 1
     assert games >= 1 and life_losses == (4 * games if env_id.startswith("Breakout") else 0)
@@ -342,7 +348,7 @@ def test_native_v5_ids_skip_in_the_emulator_with_sticky_actions():
         frames, rng = [obs], np.random.default_rng(0)
         for _ in range(200):
             frame = infos["episode_frame_number"][0]
-            obs, _, terminations, _, infos = envs.step(rng.integers(4, size=1))
+            obs, _, terminations, _, infos = step(envs, rng.integers(4, size=1))
             assert terminations[0] or infos["episode_frame_number"][0] == frame + 4
             frames.append(obs)
         return np.concatenate(frames)
@@ -409,7 +415,7 @@ def test_native_env_groups_store_the_transitions_of_one_group(tmp_path, monkeypa
             interrupt_at_call(m, torch.optim.Adam, "step", 1)  # the first rollout, then stop
             argv = ["--num-envs", "8", "--num-steps", "400", "--num-minibatches", "4", "--total-timesteps", "3200"]
             g = run(SCRIPT, *argv, "--env-groups", groups, cwd=tmp_path / groups)
-        assert g["envs"].num_groups == int(groups) and rows[0] == 8 * 400
+        assert len(g["envs"].parts) == int(groups) and rows[0] == 8 * 400
         return {**{k: g[k] for k in ("obs", "actions", "rewards", "dones", "next_obs", "next_done", "values", "logprobs")}, "games": logged}
 
     one, two = collect("1"), collect("2")
@@ -465,10 +471,10 @@ def test_native_game_over_on_a_lost_bonus_life_at_the_time_limit_is_logged_alone
     ends = []
     for t in range(1000):
         lives = infos["lives"]
-        _, _, terminations, truncations, infos = envs.step(actions[t])
+        _, _, terminations, truncations, infos = step(envs, actions[t])
         if t == 466:  # the case in point
             assert terminations[0] and not truncations[0] and lives[0] == 5 and infos["lives"][0] == 4
-            assert not envs.serve[0]  # a new game: its first step is the agent's
+            assert not envs.serving[0]  # a new game: its first step is the agent's
         if "final_info" in infos:
             ends.append(t)
             start = ends[-2] + 1 if len(ends) > 1 else 0

@@ -148,7 +148,7 @@ def test_cuda_graphs_train_deterministically_and_resume(envs, tmp_path, monkeypa
     b = run("ppo_atari.py", *argv, cwd=tmp_path / "b")
     c = run("ppo_atari.py", *[x for x in argv if x != "--cuda-graphs"], cwd=tmp_path / "c")
     assert type(a["update_step"]).__name__ == "CudaGraph" and type(c["update_step"]).__name__ == "function"
-    assert a["envs"].num_groups == (2 if envs == "native" else 1)
+    assert len(a["envs"].parts) == (2 if envs == "native" else 1)
     assert same_params(params(a["agent"]), params(b["agent"])) and not same_params(params(a["agent"]), params(c["agent"]))
     assert a["optimizer"].param_groups[0]["lr"].item() == pytest.approx(2.5e-4 / 8)  # annealed in place, as the graph reads it
     with monkeypatch.context() as m:

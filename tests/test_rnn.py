@@ -122,14 +122,15 @@ def test_forget_bias_with_a_gru_is_one_line(tmp_path):
 def test_minibatches_are_whole_env_sequences(tmp_path, monkeypatch):
     interrupt_at_call(monkeypatch, torch.optim.Adam, "step", 2)  # the second minibatch of the first epoch
     g = run("ppo_rnn.py", "--num-envs", "4", "--num-minibatches", "2", "--total-timesteps", "512", cwd=tmp_path)
-    mbenvinds, mb_inds = g["mbenvinds"], g["mb_inds"]
-    assert len(mbenvinds) == 2
-    np.testing.assert_array_equal(mb_inds, g["flatinds"][:, mbenvinds].ravel())
-    assert torch.equal(g["b_obs"][mb_inds].reshape(128, 2, -1), g["obs"][:, mbenvinds])
-    assert torch.equal(g["b_dones"][mb_inds].reshape(128, 2), g["dones"][:, mbenvinds])
+    mb_envs, mb_inds = g["mb_envs"], g["mb_inds"]
+    assert len(mb_envs) == 2
+    assert torch.equal(mb_inds, g["flatinds"][:, mb_envs].flatten())
+    assert torch.equal(g["b_obs"][mb_inds].reshape(128, 2, -1), g["obs"][:, mb_envs])
+    assert torch.equal(g["b_dones"][mb_inds].reshape(128, 2), g["dones"][:, mb_envs])
+    assert all(torch.equal(m, s[:, mb_envs]) for m, s in zip(g["mb_state"], g["initial_rnn_state"], strict=True))
     # the two minibatches of the epoch split the envs between them
-    first = set(g["envinds"][:2].tolist())
-    assert first.isdisjoint(mbenvinds) and first | set(mbenvinds.tolist()) == {0, 1, 2, 3}
+    first = set(g["b_inds"][:2].tolist())
+    assert first.isdisjoint(mb_envs.tolist()) and first | set(mb_envs.tolist()) == {0, 1, 2, 3}
 
 
 @pytest.mark.parametrize("cell", CELLS)
