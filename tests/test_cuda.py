@@ -1,7 +1,10 @@
 """The scripts on CUDA, where `--cuda` (the default) puts them on a GPU machine: training, determinism,
-exact resume, the first minibatch's ratio within a bound, and checkpoints that cross between CUDA and
-the CPU. Skipped where torch sees no CUDA device; the rest of the suite pins the CPU (`--no-cuda`)."""
+exact resume, the first minibatch's ratio within a bound, checkpoints that cross between CUDA and
+the CPU, and --cuda-graphs (a replayed update equal to the eager one for every script; resume with the
+learning rate still annealing). Skipped where torch sees no CUDA device; the rest of the suite pins the
+CPU (`--no-cuda`)."""
 
+import copy
 import re
 
 import gymnasium as gym
@@ -18,7 +21,6 @@ from tests.helpers import (
     checkpoint_path,
     cli,
     interrupt_at_call,
-    load,
     minibatch_ratio,
     params,
     run,
@@ -99,49 +101,57 @@ def test_phases_times_a_cuda_run_with_sync(tmp_path):
     assert re.search(r"^\| ROLLOUT \| [\d.]+ \| [\d.]+% \|$", result.stdout, re.M)
 
 
-def test_cuda_graph_update_step_equals_the_eager_one(monkeypatch):
-    """ppo_atari.py --cuda-graphs: a recorded and replayed minibatch step computes what the same step run as it is
-    computes (the graph removes launches, nothing else): parameters, Adam's state and the statistics, bit for bit."""
-    module = load("ppo_atari.py")
-    monkeypatch.setattr(torch.backends.cudnn, "deterministic", True)  # as the script sets it, for this test only
-    envs = module.NativeAtari("BreakoutNoFrameskip-v4", 1, 1)
-    args = module.Args(target_kl=None)
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    batch = (
-        torch.randint(0, 256, (512, 4, 84, 84), dtype=torch.uint8, device="cuda", generator=gen),
-        -torch.rand(512, device="cuda", generator=gen) - 1,  # log-probs
-        torch.randint(0, 4, (512,), device="cuda", generator=gen),
-        torch.randn(512, device="cuda", generator=gen),  # advantages
-        torch.randn(512, device="cuda", generator=gen),  # returns
-        torch.randn(512, device="cuda", generator=gen),  # values
-    )
+@pytest.mark.parametrize("script", VARIANTS)
+def test_cuda_graph_update_step_equals_the_eager_one(script, tmp_path, monkeypatch):
+    """--cuda-graphs: a recorded and replayed minibatch step computes what the same step run as it is computes (the graph
+    removes launches, nothing else): parameters, Adam's state and the statistics, bit for bit, on a real batch. ppo_rnn.py
+    to float rounding: recorded, its replay runs the cell one step at a time where the eager one takes whole stretches;
+    its minibatch holds the state (h, c) in a nested tuple, which the replay must take from each call."""
+    monkeypatch.setattr(torch.backends.cudnn, "deterministic", True)  # as the script sets it
+    with monkeypatch.context() as m:
+        interrupt_at_call(m, torch.optim.Adam, "step", 1)  # the first rollout's batch, before any step
+        argv = ["--env-id", QUICK_ENV[script], "--num-envs", "4", "--num-steps", "32", "--num-minibatches", "2"]
+        g = run(script, *argv, "--total-timesteps", "256", "--cuda", cwd=tmp_path)
+    gen = torch.Generator().manual_seed(0)
+
+    def minibatch() -> tuple:
+        if "mb_state" in g:  # ppo_rnn.py: two envs' whole sequences, replayed from their state at the rollout's start
+            envs = torch.randperm(4, generator=gen)[:2].cuda()
+            inds = g["flatinds"][:, envs].flatten()
+            return (*(b[inds] for b in g["batch"]), tuple(s[:, envs] for s in g["initial_rnn_state"]))
+        inds = torch.randperm(128, generator=gen)[:64].cuda()
+        return tuple(b[inds] for b in g["batch"])
+
+    minibatches = [minibatch() for _ in range(8)]
     runs = []
     for graphed in (False, True):
-        torch.manual_seed(1)
-        agent = module.Agent(envs, module.Args()).cuda()
+        agent = copy.deepcopy(g["agent"])
         lr = torch.tensor(2.5e-4, device="cuda")
         optimizer = torch.optim.Adam(agent.parameters(), lr=lr, eps=1e-5, fused=True, capturable=True)
-        step = module.CudaGraph(module.update_minibatch) if graphed else module.update_minibatch
-        gen.manual_seed(1)  # the same minibatches in both runs
+        step = g["CudaGraph"](g["update_minibatch"]) if graphed else g["update_minibatch"]
         stats = []
-        for i in range(8):  # 3 as they are, the 4th recorded, then replays with other minibatches and learning rates
+        for i, mb in enumerate(minibatches):  # 3 as they are, the 4th recorded, then replays with other minibatches and rates
             lr.fill_(2.5e-4 * (1 - i / 8))
-            mb_inds = torch.randperm(512, device="cuda", generator=gen)[:128]
-            stats.append(step(args, agent, optimizer, tuple(b[mb_inds] for b in batch)).clone())
-        assert graphed == (step.__class__.__name__ == "CudaGraph" and step.graph is not None)
+            stats.append(step(g["args"], agent, optimizer, mb).clone())
+        assert not graphed or step.graph is not None
         runs.append((params(agent), optimizer.state_dict()["state"], torch.stack(stats)))
     (eager, eager_state, eager_stats), (graph, graph_state, graph_stats) = runs
-    assert same_params(eager, graph)
-    assert all(torch.equal(eager_state[k]["exp_avg_sq"], graph_state[k]["exp_avg_sq"]) for k in eager_state)
-    assert torch.equal(eager_stats, graph_stats)
-    envs.close()
+    if "mb_state" in g:
+        for a, b in zip(eager, graph, strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(eager_stats, graph_stats, rtol=1e-4, atol=1e-6)
+    else:
+        assert same_params(eager, graph)
+        assert all(torch.equal(eager_state[k]["exp_avg_sq"], graph_state[k]["exp_avg_sq"]) for k in eager_state)
+        assert torch.equal(eager_stats, graph_stats)
 
 
 @pytest.mark.parametrize("envs", ["native", "gymnasium"])
 def test_cuda_graphs_train_deterministically_and_resume(envs, tmp_path, monkeypatch):
     """ppo_atari.py --cuda-graphs: the same seed gives the same parameters, other numbers than without graphs (fused
-    Adam), the learning rate annealed in place; a checkpoint resumes with the graphs recorded anew (exactly on the
-    gymnasium path, whose envs pickle)."""
+    Adam), the learning rate annealed in place on the GPU. Stopped in iteration 4 of 8 and resumed, the run trains
+    iterations 4-8 with the graphs recorded anew, the learning rate still the GPU tensor they read and still annealed,
+    and (on the gymnasium path, whose envs pickle) ends with the parameters of the run that never stopped."""
     argv = ["--num-envs", "4", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "2", "--total-timesteps", "512"]
     argv += ["--cuda", "--cuda-graphs", *(["--no-native-envs"] if envs == "gymnasium" else [])]
     a = run("ppo_atari.py", *argv, cwd=tmp_path / "a")
@@ -151,12 +161,32 @@ def test_cuda_graphs_train_deterministically_and_resume(envs, tmp_path, monkeypa
     assert len(a["envs"].parts) == (2 if envs == "native" else 1)
     assert same_params(params(a["agent"]), params(b["agent"])) and not same_params(params(a["agent"]), params(c["agent"]))
     assert a["optimizer"].param_groups[0]["lr"].item() == pytest.approx(2.5e-4 / 8)  # annealed in place, as the graph reads it
+    per_iteration = 16 * len(a["envs"].parts)  # the rollout's calls of the step method below
     with monkeypatch.context() as m:
-        interrupt_at_call(
-            m, AtariVectorEnv if envs == "native" else gym.vector.SyncVectorEnv, "recv" if envs == "native" else "step", 5 * 32 + 7
-        )
+        step_class, method = (AtariVectorEnv, "recv") if envs == "native" else (gym.vector.SyncVectorEnv, "step")
+        interrupt_at_call(m, step_class, method, 3 * per_iteration + 7)  # in iteration 4
         run("ppo_atari.py", *argv, "--save-model", cwd=tmp_path / "d")
-    resumed = run("ppo_atari.py", *argv, "--resume", str(checkpoint_path(tmp_path / "d")), cwd=tmp_path / "e")
-    assert resumed["global_step"] == 512 and all(torch.isfinite(p).all() for p in resumed["agent"].parameters())
+    path = checkpoint_path(tmp_path / "d")
+    assert torch.load(path, map_location="cpu", weights_only=False)["iteration"] == 3  # the resumed run has 5 to train
+    resumed = run("ppo_atari.py", *argv, "--resume", str(path), cwd=tmp_path / "e")
+    assert resumed["global_step"] == 512 and resumed["iteration"] == 8 and resumed["update_step"].graph is not None
+    lr = resumed["optimizer"].param_groups[0]["lr"]
+    assert isinstance(lr, torch.Tensor) and lr.is_cuda and lr.item() == pytest.approx(2.5e-4 / 8)
+    assert all(torch.isfinite(p).all() for p in resumed["agent"].parameters())
     if envs == "gymnasium":
         assert same_params(params(a["agent"]), params(resumed["agent"]))
+
+
+def test_cuda_graphs_checkpoint_from_the_cpu_resumes_on_cuda(tmp_path, monkeypatch):
+    """A --cuda-graphs run on the CPU (graphs off there) saves a float learning rate. Resumed on a GPU with the graphs on,
+    it goes into the GPU tensor the recorded step reads, which anneals from there to the last iteration's rate."""
+    argv = [*TINY, "--total-timesteps", "256", "--cuda-graphs", "--save-model"]  # 8 iterations of 2 envs x 16 steps
+    with monkeypatch.context() as m:
+        interrupt_at_call(m, gym.vector.SyncVectorEnv, "step", 3 * 16 + 5)  # in iteration 4
+        run("ppo.py", *argv, "--no-cuda", cwd=tmp_path / "a")
+    path = checkpoint_path(tmp_path / "a")
+    assert not isinstance(torch.load(path, weights_only=False)["optimizer"]["param_groups"][0]["lr"], torch.Tensor)
+    resumed = run("ppo.py", *argv, "--cuda", "--resume", str(path), cwd=tmp_path / "b")
+    assert resumed["global_step"] == 256 and type(resumed["update_step"]).__name__ == "CudaGraph"
+    lr = resumed["optimizer"].param_groups[0]["lr"]
+    assert isinstance(lr, torch.Tensor) and lr.is_cuda and lr.item() == pytest.approx(2.5e-4 / 8)
