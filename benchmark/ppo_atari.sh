@@ -3,8 +3,9 @@
 #   bash benchmark/ppo_atari.sh
 #       GPU machine: Breakout, Pong, BeamRider, 10M steps, seeds 1-3, default settings (8 envs x 128
 #       steps), then the same with the throughput settings (128 envs x 32 steps, 16 minibatches;
-#       exp name ppo_atari_throughput), one run at a time. About 1.6 hours a run at default settings
-#       and 40 minutes with the throughput settings on one H100 with 16 cores (benchmark/README.md, Speed).
+#       exp name ppo_atari_throughput), one run at a time, with --cuda-graphs. With it, one H100 with 16
+#       cores measured 3,294 SPS at the default settings and 8,182 with the throughput settings
+#       (gpu.sh speed, 2026-11-24): about 51 and 20 minutes a run (benchmark/README.md, Speed).
 #   SHORT=1 [SEEDS="1 2 3"] bash benchmark/ppo_atari.sh
 #       the CPU check: Breakout, 1M steps, the default settings and the throughput settings side by
 #       side (two runs at a time, one per setting, each with --env-threads 1 and OMP_NUM_THREADS=1; the
@@ -27,7 +28,7 @@ if [ "${SHORT:-0}" = 1 ]; then
 else
   out=benchmark/results/ppo_atari
   games="BreakoutNoFrameskip-v4 PongNoFrameskip-v4 BeamRiderNoFrameskip-v4"
-  JOBS=1 bash benchmark/run_many.sh ppo_atari.py "$out" "$games" "1 2 3" --cuda --save-model
-  JOBS=1 TAG=throughput bash benchmark/run_many.sh ppo_atari.py "$out" "$games" "1 2 3" --cuda --save-model "${throughput[@]}"
+  JOBS=1 bash benchmark/run_many.sh ppo_atari.py "$out" "$games" "1 2 3" --cuda --cuda-graphs --save-model
+  JOBS=1 TAG=throughput bash benchmark/run_many.sh ppo_atari.py "$out" "$games" "1 2 3" --cuda --cuda-graphs --save-model "${throughput[@]}"
   python benchmark/report.py "$out/runs" --title "Atari, 10M steps" --out "$out/report"
 fi

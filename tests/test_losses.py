@@ -1,9 +1,10 @@
-"""The clipped surrogate: its gradient vanishes exactly where clipping removes the incentive."""
+"""The losses: the clipped surrogate's gradient vanishes exactly where clipping removes the incentive, and the value
+loss of every script's update is the closed form, clipped (--clip-vloss) or not."""
 
 import pytest
 import torch
 
-from tests.helpers import SCRIPTS, load
+from tests.helpers import SCRIPTS, TINY, interrupt_at_call, load, run
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
@@ -21,3 +22,56 @@ def test_clipped_surrogate_gradient(script):
     # and the value: the pessimistic (larger) of the two negated surrogates
     expected = torch.max(-adv * ratio, -adv * ratio.clamp(1 - eps, 1 + eps)).mean()
     torch.testing.assert_close(loss, expected)
+
+
+# rows of (d, r): the rollout's value is V - d and the return V + r, for the new value V. Unclipped, a row's squared
+# error is r^2; clipped, the new value moves at most eps from the rollout's, and the error is (clip(d) - d - r)^2.
+ROWS = [(2.5, 1.0), (2.5, -1.0), (0.5, 0.3), (-2.5, -1.0), (-2.5, 0.5)]  # d in units of eps
+
+
+def closed_form(rows: list, eps: float, clipped: bool) -> float:
+    errors = []
+    for d, r in rows:
+        d *= eps
+        clip = max(-eps, min(eps, d))
+        errors.append(max(r**2, (clip - d - r) ** 2) if clipped else r**2)
+    return 0.5 * sum(errors) / len(errors)
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("clip_vloss", [True, False])
+def test_value_loss_is_the_closed_form(script, clip_vloss, tmp_path, monkeypatch):
+    """The value loss that update_minibatch computes and reports, on a real batch of the script whose rollout values
+    and returns are set around the agent's own values: with --clip-vloss, 0.5 * the mean over rows of
+    max((V - R)^2, (V_old + clip(V - V_old, -eps, eps) - R)^2), the clip binding on some rows (the clipped error the
+    larger) and not on others; without, 0.5 * the mean of (V - R)^2. eps is the script's --clip-coef (Atari's 0.1)."""
+    interrupt_at_call(monkeypatch, torch.optim.Adam, "step", 1)  # a real batch, before any step
+    g = run(script, *TINY, "--total-timesteps", "64", *([] if clip_vloss else ["--no-clip-vloss"]), cwd=tmp_path)
+    minibatch = (*g["batch"], g["initial_rnn_state"]) if "initial_rnn_state" in g else g["batch"]  # every env's rows
+    agent, eps, obs, actions = g["agent"], g["args"].clip_coef, minibatch[0], minibatch[2]
+    with torch.no_grad():
+        if "initial_rnn_state" in g:  # ppo_rnn.py replays the sequences from their state, with their dones
+            newvalue = agent.get_action_and_value(obs, minibatch[7], minibatch[6], actions)[3]
+        else:
+            newvalue = agent.get_action_and_value(obs, actions)[3]
+    rows = [ROWS[i % len(ROWS)] for i in range(len(newvalue))]
+    d, r = (torch.tensor([row[k] for row in rows]) for k in (0, 1))
+    values, returns = newvalue - d * eps, newvalue + r
+    minibatch = (*minibatch[:4], returns, values, *minibatch[6:])
+    optimizer = torch.optim.Adam(agent.parameters(), lr=1e-9)
+    stats = g["update_minibatch"](g["args"], agent, optimizer, minibatch)
+    value_loss = stats[g["STATS"].index("value_loss")].item()
+    assert value_loss == pytest.approx(closed_form(rows, eps, clip_vloss), rel=1e-5)
+    if clip_vloss:  # the case in point: rows where the clipped error is the larger
+        assert closed_form(rows, eps, True) > closed_form(rows, eps, False)
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_value_loss_function(script):
+    value_loss = load(script).value_loss
+    eps = 0.2
+    newvalue = torch.tensor([1.0, 1.0, 1.0, 1.0, 1.0])
+    d, r = (torch.tensor([row[k] for row in ROWS]) for k in (0, 1))
+    values, returns = newvalue - d * eps, newvalue + r
+    assert value_loss(newvalue, values, returns, eps).item() == pytest.approx(closed_form(ROWS, eps, True), rel=1e-6)
+    assert value_loss(newvalue, values, returns, None).item() == pytest.approx(closed_form(ROWS, eps, False), rel=1e-6)

@@ -1,4 +1,5 @@
-"""The update loop: ratio 1 on the first minibatch, determinism, exact resume, Ctrl-C, NaN guard, IPython."""
+"""The update loop: ratio 1 on the first minibatch, the learning-rate schedule, determinism, exact resume, Ctrl-C, NaN
+guard, IPython."""
 
 import os
 import signal
@@ -8,10 +9,12 @@ import sys
 import gymnasium as gym
 import pytest
 import torch
+from torch.utils.tensorboard import SummaryWriter
 
 from tests.helpers import (
     EXACT_RESUME,
     QUICK_ENV,
+    SCRIPTS,
     STEP_CLASS,
     STEP_METHOD,
     TINY,
@@ -56,6 +59,24 @@ def test_first_minibatch_ratio_is_one(script, iteration, tmp_path, monkeypatch):
     print(f"{script} iteration {iteration}: max |log-prob difference| {deviation:.3g}")  # benchmark/kernel_levels.sh collects it
     assert deviation <= CPU_LOGPROB_BOUND, f"max |log-prob difference| {deviation:.3g}"
     assert (ratio - 1).abs().max().item() <= 2 * CPU_LOGPROB_BOUND
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_learning_rate_anneals_from_the_full_rate_to_one_step_of_it(script, tmp_path, monkeypatch):
+    """--anneal-lr: iteration i of N runs at rate * (1 - (i - 1) / N), the first at the full rate, the last at rate / N,
+    and a run stopped in iteration 3 and resumed goes on with the same rates."""
+    logged = []
+    record = lambda self, tag, value, *a, **k: logged.append(value) if tag == "charts/learning_rate" else None  # noqa: E731
+    monkeypatch.setattr(SummaryWriter, "add_scalar", record)
+    argv = [*TINY, "--total-timesteps", "128", "--save-model"]  # 4 iterations of 2 envs x 16 steps
+    rate = run(script, *argv, cwd=tmp_path / "a")["args"].learning_rate
+    assert logged == pytest.approx([rate, 0.75 * rate, 0.5 * rate, 0.25 * rate], rel=1e-6)
+    logged.clear()
+    with monkeypatch.context() as m:
+        interrupt_at_call(m, STEP_CLASS[script], STEP_METHOD[script], 2 * 16 + 5)  # in iteration 3
+        run(script, *argv, cwd=tmp_path / "b")
+    run(script, *argv, "--resume", str(checkpoint_path(tmp_path / "b")), cwd=tmp_path / "c")
+    assert logged == pytest.approx([rate, 0.75 * rate, 0.5 * rate, 0.25 * rate], rel=1e-6)  # iterations 1-2, then 3-4
 
 
 @pytest.mark.parametrize("script", VARIANTS)
