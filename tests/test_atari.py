@@ -148,14 +148,14 @@ def test_env_pickles_mid_game_and_plays_on_identically():
     for _ in range(150):
         if any(env.step(int(rng.integers(4)))[2:4]):
             env.reset()
-    copy = pickle.loads(pickle.dumps(env))
+    twin = pickle.loads(pickle.dumps(env))
     for _ in range(300):
         action = int(rng.integers(4))
-        a, b = env.step(action), copy.step(action)
+        a, b = env.step(action), twin.step(action)
         np.testing.assert_array_equal(a[0], b[0])
         assert a[1:4] == b[1:4]
         if a[2] or a[3]:
-            np.testing.assert_array_equal(env.reset()[0], copy.reset()[0])
+            np.testing.assert_array_equal(env.reset()[0], twin.reset()[0])
 
 
 # ale-py's native vector env (the default path): the same learning semantics as make_env's stack
