@@ -2,7 +2,7 @@
 # The GPU machine's jobs (one H100, 16 slow cores). Run from the repo root there, with the wheels of
 # `bash benchmark/fetch_gpu_wheels.sh` (plus the test suite's: docs/exactness.md) carried in .whl/.
 #   bash benchmark/gpu.sh speed            # per setting: the raw native env, ppo_atari.py --cuda's SPS and their ratio (table in $OUT)
-#   bash benchmark/gpu.sh phases           # where an iteration's time goes (benchmark/phases.py), both settings, with and without --sync
+#   bash benchmark/gpu.sh phases           # where an iteration's time goes (benchmark/tools/phases.py), both settings, with and without --sync
 #   bash benchmark/gpu.sh start [args]     # the 10M Breakout run in the background (detached), throughput settings
 # SCRIPT (default ppo_atari.py) picks the script that speed and phases run, FAST (default --cuda-graphs) the flags they add.
 #   bash benchmark/gpu.sh suite [pytest args]  # the test suite, CUDA section included (log: /tmp/gpu_runs/suite.log)
@@ -29,7 +29,7 @@ speed)
   printf '| setting | envs | raw env steps/s | %s %s SPS | ratio |\n|---|---|---|---|---|\n' "$SCRIPT" "${FAST[*]}" >"$table"
   for setting in default throughput; do
     if [ "$setting" = default ]; then flags=(); envs=8 raw_steps=3000 steps=${STEPS_DEFAULT:-204800}; else flags=("${THROUGHPUT[@]}"); envs=128 raw_steps=600 steps=${STEPS_THROUGHPUT:-491520}; fi
-    raw=$(NATIVE_ONLY=1 python3 benchmark/raw_env_sps.py ppo_atari.py BreakoutNoFrameskip-v4 "$envs" "$raw_steps" | tail -n 1)
+    raw=$(NATIVE_ONLY=1 python3 benchmark/tools/raw_env_sps.py ppo_atari.py BreakoutNoFrameskip-v4 "$envs" "$raw_steps" | tail -n 1)
     echo "$raw"
     raw=$(sed -E 's/.*: ([0-9]+) steps\/s/\1/' <<<"$raw")
     (cd /tmp/gpu_runs && python3 "$OLDPWD/$SCRIPT" --cuda "${FAST[@]}" "${flags[@]}" --total-timesteps "$steps") >"/tmp/gpu_runs/speed_$setting.log" 2>&1
@@ -43,8 +43,8 @@ phases)
   # default settings for 30 iterations (30,720 steps), throughput settings for 30 (122,880); tables into $OUT
   name=$(basename "$SCRIPT" .py)
   for sync in "" --sync; do
-    python3 benchmark/phases.py $sync --out "$OUT/phases_${name}_default${sync:+_sync}.md" "$SCRIPT" --cuda "${FAST[@]}" --total-timesteps 30720 | tail -n 30
-    python3 benchmark/phases.py $sync --out "$OUT/phases_${name}_throughput${sync:+_sync}.md" "$SCRIPT" --cuda "${FAST[@]}" "${THROUGHPUT[@]}" --total-timesteps 122880 | tail -n 30
+    python3 benchmark/tools/phases.py $sync --out "$OUT/phases_${name}_default${sync:+_sync}.md" "$SCRIPT" --cuda "${FAST[@]}" --total-timesteps 30720 | tail -n 30
+    python3 benchmark/tools/phases.py $sync --out "$OUT/phases_${name}_throughput${sync:+_sync}.md" "$SCRIPT" --cuda "${FAST[@]}" "${THROUGHPUT[@]}" --total-timesteps 122880 | tail -n 30
   done
   ;;
 start)

@@ -25,7 +25,7 @@ done
 device=--no-cuda
 if [ "${CUDA:-0}" = 1 ]; then device=--cuda; fi
 dir=$(mktemp -d)
-python benchmark/raw_env_sps.py "$script" "$env_id" "$num_envs" "$raw_steps" | tee "$dir/raw.txt"
+python benchmark/tools/raw_env_sps.py "$script" "$env_id" "$num_envs" "$raw_steps" | tee "$dir/raw.txt"
 budget=()
 if [ -n "$steps" ]; then budget=(--total-timesteps "$steps"); fi
 paths=(default)

@@ -34,7 +34,7 @@ speed)
     echo "  1 process: $one; 2 processes: $two"
   done | tee "$out/speed.txt"
   # what the collectives cost here (each minibatch step makes one of the gradient's size and three small ones)
-  python -m torch.distributed.run --standalone --nproc-per-node 2 benchmark/allreduce.py 2>/dev/null | tee -a "$out/speed.txt"
+  python -m torch.distributed.run --standalone --nproc-per-node 2 benchmark/tools/allreduce.py 2>/dev/null | tee -a "$out/speed.txt"
   ;;
 cartpole)
   for seed in 1 2 3; do

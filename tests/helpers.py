@@ -107,7 +107,7 @@ def error_of(script: str, *argv: str, cwd) -> str:
 
 
 def cli(script: str, *argv: str, cwd, env=None, timeout=600, via=()) -> subprocess.CompletedProcess:
-    """Run a script as a subprocess in `cwd` (through a tool and its flags given in `via`, such as benchmark/phases.py)."""
+    """Run a script as a subprocess in `cwd` (through a tool and its flags given in `via`, such as benchmark/tools/phases.py)."""
     full_env = {**os.environ, "PYTHONPATH": python_path(), "WANDB_MODE": "offline", **(env or {})}
     return subprocess.run(
         [sys.executable, *via, *script_argv(script, argv)],

@@ -92,9 +92,15 @@ def test_checkpoint_evaluates_on_the_other_device(script, train, evaluate, tmp_p
 
 
 def test_phases_times_a_cuda_run_with_sync(tmp_path):
-    # benchmark/phases.py --sync synchronizes after every top-level line once the script has made a CUDA context
+    # benchmark/tools/phases.py --sync synchronizes after every top-level line once the script has made a CUDA context
     result = cli(
-        "ppo_atari.py", *TINY, "--total-timesteps", "96", "--cuda", cwd=tmp_path, via=[str(ROOT / "benchmark" / "phases.py"), "--sync"]
+        "ppo_atari.py",
+        *TINY,
+        "--total-timesteps",
+        "96",
+        "--cuda",
+        cwd=tmp_path,
+        via=[str(ROOT / "benchmark" / "tools" / "phases.py"), "--sync"],
     )
     assert result.returncode == 0, result.stderr
     assert "on cuda" in result.stdout and "ppo_atari.py: 3 iterations," in result.stdout

@@ -1,4 +1,4 @@
-"""The per-line timing tool (benchmark/phases.py) on a script with a known clock, and on a real script."""
+"""The per-line timing tool (benchmark/tools/phases.py) on a script with a known clock, and on a real script."""
 
 import re
 import sys
@@ -8,7 +8,7 @@ import pytest
 
 from tests.helpers import ROOT, SCRIPTS, TINY, cli
 
-sys.path.insert(0, str(ROOT / "benchmark"))
+sys.path.insert(0, str(ROOT / "benchmark" / "tools"))
 import phases  # noqa: E402
 
 # the shape of the four scripts' main block; each line advances a fake clock by a known amount
@@ -69,7 +69,7 @@ def test_every_script_has_its_sections_timed(script, tmp_path, monkeypatch):
     others in this process (phases.trace and summarize, what the command line prints), without a start of their own."""
     argv = [*TINY, "--total-timesteps", "96", "--no-cuda"]  # 3 iterations
     if script == "ppo.py":
-        result = cli(script, *argv, cwd=tmp_path, via=[str(ROOT / "benchmark" / "phases.py")])
+        result = cli(script, *argv, cwd=tmp_path, via=[str(ROOT / "benchmark" / "tools" / "phases.py")])
         assert result.returncode == 0, result.stderr
         text = result.stdout
     else:

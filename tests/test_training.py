@@ -55,7 +55,7 @@ def test_first_minibatch_ratio_is_one(script, iteration, tmp_path, monkeypatch):
     assert g["iteration"] == iteration and len(g["mb_inds"]) == g["args"].minibatch_size
     newlogprob, ratio = minibatch_ratio(g)
     deviation = (newlogprob - g["b_logprobs"][g["mb_inds"]]).abs().max().item()
-    print(f"{script} iteration {iteration}: max |log-prob difference| {deviation:.3g}")  # benchmark/kernel_levels.sh collects it
+    print(f"{script} iteration {iteration}: max |log-prob difference| {deviation:.3g}")  # benchmark/tools/kernel_levels.sh collects it
     assert deviation <= CPU_LOGPROB_BOUND, f"max |log-prob difference| {deviation:.3g}"
     assert (ratio - 1).abs().max().item() <= 2 * CPU_LOGPROB_BOUND
 

@@ -3,9 +3,9 @@
 # default, avx2, avx512 where the CPU has it) and under 1 and 2 threads (OMP_NUM_THREADS; ppo.py,
 # ppo_rnn.py and ppo_continuous_action.py set one torch thread themselves). Prints one line per
 # combination; the pytest output goes to benchmark/results/kernel_levels/.
-# usage: bash benchmark/kernel_levels.sh [extra pytest args]
+# usage: bash benchmark/tools/kernel_levels.sh [extra pytest args]
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 out=benchmark/results/kernel_levels
 mkdir -p "$out"
 tests=(tests/test_training.py tests/test_rnn.py tests/test_continuous.py tests/test_episodes.py tests/test_gae.py tests/test_losses.py)

@@ -3,8 +3,8 @@ top-level code (wall clock from one line to the next, so a line's time includes 
 and prints the time per iteration of each section of the training loop (the script's banners:
 ROLLOUT, ADVANTAGES, FLATTEN, UPDATE, LOGGING, ...) and the costliest lines.
 
-    python benchmark/phases.py ppo_atari.py --no-cuda --total-timesteps 20480
-    python benchmark/phases.py --sync ppo_atari.py --cuda --num-envs 128 --num-steps 32 --num-minibatches 16 --total-timesteps 307200
+    python benchmark/tools/phases.py ppo_atari.py --no-cuda --total-timesteps 20480
+    python benchmark/tools/phases.py --sync ppo_atari.py --cuda --num-envs 128 --num-steps 32 --num-minibatches 16 --total-timesteps 307200
 
 Everything after the script's name goes to the script. On CUDA the GPU runs what a line queued while
 the CPU goes on, so the GPU's time lands on the line that waits for it (a `.cpu()`, `.item()` or

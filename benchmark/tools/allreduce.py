@@ -1,6 +1,6 @@
 """What one all_reduce costs on this machine: the scripts' collectives, timed under torchrun (gloo on CPU).
 
-    python -m torch.distributed.run --standalone --nproc-per-node 2 benchmark/allreduce.py
+    python -m torch.distributed.run --standalone --nproc-per-node 2 benchmark/tools/allreduce.py
 
 Per minibatch step a script makes one all_reduce of its whole gradient (flattened into one float32
 tensor) and three small ones (the two KL estimates, the advantages' mean, their variance).

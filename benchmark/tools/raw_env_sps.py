@@ -2,7 +2,7 @@
 drawn in advance, no agent. num_envs defaults to the script's own default. For ppo_atari.py it
 measures both of its env paths, gymnasium's wrappers in a SyncVectorEnv and ale-py's native vector
 env (NativeAtari, with the script's default thread count unless THREADS is set), one after the other.
-usage: python benchmark/raw_env_sps.py ppo.py CartPole-v1 [num_envs] [steps]"""
+usage: python benchmark/tools/raw_env_sps.py ppo.py CartPole-v1 [num_envs] [steps]"""
 
 import importlib.util
 import os
@@ -16,7 +16,7 @@ script, env_id = sys.argv[1], sys.argv[2]
 num_steps = int(sys.argv[4]) if len(sys.argv) > 4 else 50_000
 if num_steps < 100:  # checked before the script loads (its imports take seconds)
     sys.exit(f"raw_env_sps.py: {num_steps} steps time too little to be a measurement; pass 100 or more")
-spec = importlib.util.spec_from_file_location("script", Path(__file__).resolve().parent.parent / script)
+spec = importlib.util.spec_from_file_location("script", Path(__file__).resolve().parents[2] / script)
 module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
 num_envs = int(sys.argv[3]) if len(sys.argv) > 3 and sys.argv[3] else module.Args().num_envs
