@@ -22,6 +22,7 @@ import random
 import signal
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Optional
 
@@ -154,8 +155,7 @@ class EpisodicLife(gym.Wrapper):
         self.serve_actions = (1, 2) if env.unwrapped.get_action_meanings()[1] == "FIRE" else ()
         self.next_life, self.score, self.length = None, 0.0, 0
 
-    def unseen(self, actions: tuple, obs, info) -> tuple:
-        """Play `actions` the agent does not see: (last observation, its info, whether they ended the game)."""
+    def unseen(self, actions: tuple, obs, info) -> tuple:  # the steps the agent does not see: (last obs, info, game over)
         for action in actions:
             obs, reward, terminated, truncated, info = self.env.step(action)
             self.score += reward
@@ -214,7 +214,9 @@ class NativeAtari(gym.vector.VectorEnv):
                 life_loss_info=True,  # not episodic_life=True: that restarts the whole game at every lost life
                 reward_clipping=False,  # the score is the raw rewards' sum; learning gets their sign below
                 autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
-                **{k: spec[k] for k in ("repeat_action_probability", "full_action_space", "max_num_frames_per_episode") if k in spec},
+                repeat_action_probability=spec.get("repeat_action_probability", 0.25),  # gymnasium's AtariEnv defaults
+                full_action_space=spec.get("full_action_space", False),
+                max_num_frames_per_episode=spec.get("max_num_frames_per_episode", 108000),
                 **{"noop_max": 30, "use_fire_reset": True, **settings},  # FIRE at a game's start; send() serves a new life
             )
             for _ in range(groups)
@@ -264,13 +266,14 @@ class WrapperEnvs(gym.vector.SyncVectorEnv):
     def send(self, actions: np.ndarray, group: int = 0):
         self.actions = actions
 
-    def recv(self, group: int = 0) -> tuple:
-        return self.step(self.actions)
+    recv = lambda self, group=0: self.step(self.actions)  # noqa: E731
 
 
 def make_envs(args: Args, num_envs: int, run_name: str, rank: int) -> gym.vector.VectorEnv:
     """ale-py's native vector env, or make_env's gymnasium wrappers (--no-native-envs, --capture-video, and evaluation,
     where FIRE after every lost life keeps a greedy agent from stalling); both in SAME_STEP autoreset mode."""
+    if args.native_envs and args.capture_video and args.eval_checkpoint is None and rank == 0:
+        print("notice: --capture-video records colour frames through gymnasium's wrappers: the native vector env is not used")
     if args.native_envs and not args.capture_video and args.eval_checkpoint is None:
         groups = args.env_groups or (2 if args.cuda and torch.cuda.is_available() and num_envs % 2 == 0 else 1)  # a GPU acts, cores step
         return NativeAtari(args.env_id, num_envs, args.env_threads, groups)
@@ -291,10 +294,10 @@ def check_env(args: Args):
     if not isinstance(env.unwrapped, ale_py.AtariEnv):
         fail(f"{env_id} is not an Atari game; use ppo.py (or ppo_continuous_action.py for continuous actions)")
     if native and (not isinstance(env.spec.kwargs.get("frameskip", 4), int) or {"mode", "difficulty"} & env.spec.kwargs.keys()):
-        fail(f"the native vector env cannot play {env_id} (random frame skip or a game mode); use a v4 or v5 id, or --no-native-envs")
+        fail(f"the native vector env cannot play {env_id} (random frame skip or game mode); use NoFrameskip-v4 or v5, or --no-native-envs")
     envs_per_process = args.num_envs // int(os.environ.get("WORLD_SIZE", 1))
     if args.env_groups < 0 or (args.env_groups > 1 and not native) or (args.env_groups and envs_per_process % args.env_groups):
-        fail(f"--env-groups {args.env_groups}: for the native envs, 0 (automatic) or a divisor of {envs_per_process}; change or drop it")
+        fail(f"--env-groups {args.env_groups}: native envs (no --no-native-envs, --capture-video), 0 or a divisor of {envs_per_process}")
 
 
 def layer_init(layer: nn.Linear, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Linear:
@@ -647,9 +650,9 @@ def evaluate(args: Args, run_name: str, device: torch.device) -> list:
             action, memory = eval_action(agent, x, done, args.eval_greedy, memory)
         obs, _, terminations, truncations, infos = envs.step(action.cpu().numpy())
         done = torch.as_tensor(terminations | truncations, dtype=torch.float32, device=device)
-        if "final_info" in infos and "episode" in infos["final_info"]:
-            episodic_returns.append(float(infos["final_info"]["episode"]["r"][0]))
-            print(f"eval episode {len(episodic_returns)}: return {episodic_returns[-1]:.2f}")
+        for _, episode_return, _ in ended_episodes(infos, 0):
+            episodic_returns.append(episode_return)
+            print(f"eval episode {len(episodic_returns)}: return {episode_return:.2f}")
     envs.close()
     return episodic_returns
 
@@ -784,14 +787,14 @@ def load_optimizer(optimizer: optim.Optimizer, saved: dict):
         optimizer.param_groups[0]["lr"] = lr.fill_(optimizer.param_groups[0]["lr"])
 
 
-def tensors_of(args) -> list:
-    """The tensors in args, in order, in tuples nested to any depth (a minibatch may hold a recurrent state (h, c))."""
-    return [t for a in args for t in (tensors_of(a) if isinstance(a, tuple) else [a]) if isinstance(t, torch.Tensor)]
+def tensors_of(items: tuple) -> list:
+    """The tensors in items, in order, in tuples nested to any depth (a minibatch may hold a recurrent state (h, c))."""
+    return [t for item in items for t in (tensors_of(item) if isinstance(item, tuple) else [item]) if isinstance(t, torch.Tensor)]
 
 
-def copied(a):
-    """a with each tensor in it, in tuples nested to any depth, replaced by a copy."""
-    return tuple(map(copied, a)) if isinstance(a, tuple) else a.clone() if isinstance(a, torch.Tensor) else a
+def copied(item):
+    """item with each tensor in it, in tuples nested to any depth, replaced by a copy."""
+    return tuple(map(copied, item)) if isinstance(item, tuple) else item.clone() if isinstance(item, torch.Tensor) else item
 
 
 class CudaGraph:
@@ -800,7 +803,7 @@ class CudaGraph:
     arguments (in tuples too), and every later call copies its own into those before the replay. The outputs are the
     recorded ones, overwritten by the next call. fn must do the same work on every call: no branch on a tensor's value."""
 
-    def __init__(self, fn, warmup: int = 3):
+    def __init__(self, fn: Callable, warmup: int = 3):
         self.fn, self.warmup, self.graph = fn, warmup, None
 
     def __call__(self, *args):

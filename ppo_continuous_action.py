@@ -24,6 +24,7 @@ import signal
 import sys
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Optional
 
@@ -588,9 +589,9 @@ def evaluate(args: Args, run_name: str, device: torch.device) -> list:
             action, memory = eval_action(agent, x, done, args.eval_greedy, memory)
         obs, _, terminations, truncations, infos = envs.step(action.cpu().numpy())
         done = torch.as_tensor(terminations | truncations, dtype=torch.float32, device=device)
-        if "final_info" in infos and "episode" in infos["final_info"]:
-            episodic_returns.append(float(infos["final_info"]["episode"]["r"][0]))
-            print(f"eval episode {len(episodic_returns)}: return {episodic_returns[-1]:.2f}")
+        for _, episode_return, _ in ended_episodes(infos, 0):
+            episodic_returns.append(episode_return)
+            print(f"eval episode {len(episodic_returns)}: return {episode_return:.2f}")
     envs.close()
     return episodic_returns
 
@@ -725,14 +726,14 @@ def load_optimizer(optimizer: optim.Optimizer, saved: dict):
         optimizer.param_groups[0]["lr"] = lr.fill_(optimizer.param_groups[0]["lr"])
 
 
-def tensors_of(args) -> list:
-    """The tensors in args, in order, in tuples nested to any depth (a minibatch may hold a recurrent state (h, c))."""
-    return [t for a in args for t in (tensors_of(a) if isinstance(a, tuple) else [a]) if isinstance(t, torch.Tensor)]
+def tensors_of(items: tuple) -> list:
+    """The tensors in items, in order, in tuples nested to any depth (a minibatch may hold a recurrent state (h, c))."""
+    return [t for item in items for t in (tensors_of(item) if isinstance(item, tuple) else [item]) if isinstance(t, torch.Tensor)]
 
 
-def copied(a):
-    """a with each tensor in it, in tuples nested to any depth, replaced by a copy."""
-    return tuple(map(copied, a)) if isinstance(a, tuple) else a.clone() if isinstance(a, torch.Tensor) else a
+def copied(item):
+    """item with each tensor in it, in tuples nested to any depth, replaced by a copy."""
+    return tuple(map(copied, item)) if isinstance(item, tuple) else item.clone() if isinstance(item, torch.Tensor) else item
 
 
 class CudaGraph:
@@ -741,7 +742,7 @@ class CudaGraph:
     arguments (in tuples too), and every later call copies its own into those before the replay. The outputs are the
     recorded ones, overwritten by the next call. fn must do the same work on every call: no branch on a tensor's value."""
 
-    def __init__(self, fn, warmup: int = 3):
+    def __init__(self, fn: Callable, warmup: int = 3):
         self.fn, self.warmup, self.graph = fn, warmup, None
 
     def __call__(self, *args):

@@ -7,7 +7,7 @@ import pytest
 import torch
 import tyro
 
-from tests.helpers import SCRIPTS, TINY, load, params, run, same_params
+from tests.helpers import SCRIPTS, TINY, error_of, load, params, run, same_params
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
@@ -85,3 +85,10 @@ def test_automatic_env_groups_split_each_process_envs_in_two_only_where_they_div
     stepped = np.concatenate([envs.recv(g)[0] for g in range(groups)])
     assert obs.shape == stepped.shape == (num_envs, 4, 84, 84)
     envs.close()
+
+
+def test_env_groups_that_cannot_be_are_one_line_errors(tmp_path):
+    """An explicit --env-groups must divide each process's envs and needs the native envs."""
+    assert "0 or a divisor of 8" in error_of("ppo_atari.py", "--env-groups", "3", cwd=tmp_path)
+    assert "no --no-native-envs" in error_of("ppo_atari.py", "--env-groups", "2", "--no-native-envs", cwd=tmp_path)
+    assert not (tmp_path / "runs").exists()
