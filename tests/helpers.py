@@ -138,16 +138,23 @@ def checkpoint_path(cwd) -> Path:
     return path
 
 
+def agent_outputs(g: dict, minibatch: tuple) -> tuple:
+    """The agent's (action, log-prob, entropy, value) on a minibatch as update_minibatch takes it: (obs, logprobs, actions,
+    ...), ppo_rnn.py's ending with (dones, state), from which it replays the sequences."""
+    obs, actions = minibatch[0], minibatch[2]
+    with torch.no_grad():
+        if "initial_rnn_state" in g:
+            return g["agent"].get_action_and_value(obs, minibatch[7], minibatch[6], actions)[:4]
+        return g["agent"].get_action_and_value(obs, actions)
+
+
 def minibatch_ratio(g: dict) -> tuple:
     """(new log-probs, ratio) of the minibatch step a run stopped in (at its optimizer.step, before the parameters moved),
-    recomputed from the agent as update_minibatch computes them: ppo_rnn.py replays the sequences from mb_state."""
+    recomputed from the agent as update_minibatch computes them."""
     mb = g["mb_inds"]
-    with torch.no_grad():
-        if "mb_state" in g:
-            out = g["agent"].get_action_and_value(g["b_obs"][mb], g["mb_state"], g["b_dones"][mb], g["b_actions"][mb])
-        else:
-            out = g["agent"].get_action_and_value(g["b_obs"][mb], g["b_actions"][mb])
-    return out[1], (out[1] - g["b_logprobs"][mb]).exp()
+    minibatch = tuple(b[mb] for b in g["batch"]) + ((g["mb_state"],) if "mb_state" in g else ())
+    newlogprob = agent_outputs(g, minibatch)[1]
+    return newlogprob, (newlogprob - g["b_logprobs"][mb]).exp()
 
 
 def interrupt_at_call(monkeypatch, cls, name, call_number):

@@ -4,7 +4,7 @@ loss of every script's update is the closed form, clipped (--clip-vloss) or not.
 import pytest
 import torch
 
-from tests.helpers import SCRIPTS, TINY, interrupt_at_call, load, run
+from tests.helpers import SCRIPTS, TINY, agent_outputs, interrupt_at_call, load, run
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
@@ -48,12 +48,8 @@ def test_value_loss_is_the_closed_form(script, clip_vloss, tmp_path, monkeypatch
     interrupt_at_call(monkeypatch, torch.optim.Adam, "step", 1)  # a real batch, before any step
     g = run(script, *TINY, "--total-timesteps", "64", *([] if clip_vloss else ["--no-clip-vloss"]), cwd=tmp_path)
     minibatch = (*g["batch"], g["initial_rnn_state"]) if "initial_rnn_state" in g else g["batch"]  # every env's rows
-    agent, eps, obs, actions = g["agent"], g["args"].clip_coef, minibatch[0], minibatch[2]
-    with torch.no_grad():
-        if "initial_rnn_state" in g:  # ppo_rnn.py replays the sequences from their state, with their dones
-            newvalue = agent.get_action_and_value(obs, minibatch[7], minibatch[6], actions)[3]
-        else:
-            newvalue = agent.get_action_and_value(obs, actions)[3]
+    agent, eps = g["agent"], g["args"].clip_coef
+    newvalue = agent_outputs(g, minibatch)[3]
     rows = [ROWS[i % len(ROWS)] for i in range(len(newvalue))]
     d, r = (torch.tensor([row[k] for row in rows]) for k in (0, 1))
     values, returns = newvalue - d * eps, newvalue + r
