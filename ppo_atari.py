@@ -148,7 +148,7 @@ def make_env(env_id: str, idx: int, capture_video: bool, run_name: str):
 class EpisodicLife(gym.Wrapper):
     """A lost life ends the episode for learning, the game only when over. Each life starts with steps the agent never
     sees: a no-op after a lost life, then the serve (FIRE and action 2, where action 1 is FIRE; at a game's start too).
-    Logs each game once, in its last agent step's info: "r" its raw score, "l" its agent steps. Pickles mid-game."""
+    Logs each game once, in its last agent step's info: "r" its raw score, "l" its agent steps. Pickles mid-game (resume)."""
 
     def __init__(self, env: gym.Env):
         super().__init__(env)
@@ -197,7 +197,7 @@ class NativeAtari(gym.vector.VectorEnv):
     """ale-py's AtariVectorEnv (no-ops, max-pooled frame skip, 84x84 grayscale, frame stack: C++ threads) with make_env's
     semantics: a lost life ends the episode, not the game; rewards clipped to their sign; whole games logged as EpisodicLife
     logs them; a new life's first step is a serve, where the env plays FIRE, not the agent's action (`serving` says where).
-    Groups of envs, envs[parts[g]], each an AtariVectorEnv: send(actions, g) starts group g's step, recv(g) waits for it."""
+    Groups envs[parts[g]], each an AtariVectorEnv: send(actions, g) starts group g's step, recv(g) waits; env i: seed + i."""
 
     def __init__(self, env_id: str, num_envs: int, num_threads: int, groups: int = 1, **settings):
         spec = gym.spec(env_id.split(":")[-1]).kwargs  # "module:Game-v4" ids: gym.make imported the module
@@ -424,8 +424,9 @@ def eval_action(agent: Agent, x: torch.Tensor, done: torch.Tensor, greedy: bool,
 
 # ==================================================================================================================
 # RUN MANAGEMENT: start-up checks and one-line errors, the checkpoint (save and restore side by side), evaluation,
-# the optimizer and CUDA graphs, logging helpers, torchrun. Identical in all four scripts (tests/test_drift.py pins it), and no part of the
-# algorithm: a first reading can skip to `if __name__ == "__main__":`, where each piece is called in one line.
+# the optimizer and CUDA graphs, logging helpers, torchrun. Identical in all four scripts (tests/test_drift.py pins
+# it), and no part of the algorithm: a first reading can skip to `if __name__ == "__main__":`, where each piece is
+# called in one line.
 # ==================================================================================================================
 
 CHECKPOINT_FORMAT = 2  # raised whenever what a checkpoint holds changes; another format gets a one-line error

@@ -403,8 +403,9 @@ def eval_action(agent: Agent, x: torch.Tensor, done: torch.Tensor, greedy: bool,
 
 # ==================================================================================================================
 # RUN MANAGEMENT: start-up checks and one-line errors, the checkpoint (save and restore side by side), evaluation,
-# the optimizer and CUDA graphs, logging helpers, torchrun. Identical in all four scripts (tests/test_drift.py pins it), and no part of the
-# algorithm: a first reading can skip to `if __name__ == "__main__":`, where each piece is called in one line.
+# the optimizer and CUDA graphs, logging helpers, torchrun. Identical in all four scripts (tests/test_drift.py pins
+# it), and no part of the algorithm: a first reading can skip to `if __name__ == "__main__":`, where each piece is
+# called in one line.
 # ==================================================================================================================
 
 CHECKPOINT_FORMAT = 2  # raised whenever what a checkpoint holds changes; another format gets a one-line error
