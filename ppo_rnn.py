@@ -21,11 +21,15 @@ Read the research layer (down to `eval_action`) and `__main__`: the run-manageme
 is the same in all four scripts and can be skipped on a first reading.
 """
 
+import contextlib
 import copy
+import errno
+import io
 import os
 import pickle
 import random
 import signal
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -408,6 +412,7 @@ def eval_action(agent: Agent, x: torch.Tensor, done: torch.Tensor, greedy: bool,
 # called in one line.
 # ==================================================================================================================
 
+RUN_DIR_LOCK = []  # the open lock file of the run's directory (claim_run_dir), on rank 0
 CHECKPOINT_FORMAT = 2  # raised whenever what a checkpoint holds changes; another format gets a one-line error
 # the Args fields a resumed run may change (how it runs and is recorded); every other field must equal the checkpoint's
 MAY_CHANGE_ON_RESUME = (
@@ -433,12 +438,17 @@ def check_args(args: Args):
     for name in ("learning_rate", "clip_coef", "max_grad_norm", "target_kl"):
         if getattr(args, name) is not None and not getattr(args, name) > 0:
             fail(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
-    for name in ("ent_coef", "vf_coef"):
+    for name in ("ent_coef", "vf_coef", "save_every"):
         if not getattr(args, name) >= 0:
             fail(f"--{name.replace('_', '-')} must be non-negative, got {getattr(args, name)}")
     for name in ("gamma", "gae_lambda"):
         if not 0 <= getattr(args, name) <= 1:
             fail(f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(args, name)}")
+    if args.capture_video:
+        try:
+            import moviepy  # noqa: F401  (gymnasium's RecordVideo writes with it)
+        except ImportError:
+            fail("--capture-video writes videos with moviepy, which does not import here; pip install moviepy, or drop --capture-video")
     check_env(args)  # the env's kind, and what this script's domain adds to these checks
     batch_size = args.num_envs * args.num_steps
     if batch_size % args.num_minibatches:
@@ -470,7 +480,7 @@ def start_up(args: Args, run_name: str) -> tuple:
         if args.resume == "auto":  # a restart of the same command line: its checkpoint, where it wrote one
             if args.run_dir is None or not args.save_model:
                 fail("--resume auto continues the checkpoint in --run-dir: pass --run-dir DIR (the same at every restart) and --save-model")
-            found = os.path.isfile(f"{args.run_dir}/{args.exp_name}.pt")
+            found = os.path.exists(f"{args.run_dir}/{args.exp_name}.pt")  # a directory there: load_checkpoint says so
             args.resume = f"{args.run_dir}/{args.exp_name}.pt" if found else None
         check_args(args)
         if args.resume is not None and args.eval_checkpoint is None and os.environ.get("RANK", "0") == "0":
@@ -483,10 +493,15 @@ def start_up(args: Args, run_name: str) -> tuple:
             processes = int(os.environ.get("WORLD_SIZE", 1))  # torchrun's count; init_distributed comes below
             if len(ckpt["ranks"]) != processes:
                 fail(f"{args.resume!r} was saved by {len(ckpt['ranks'])} process(es), not {processes}; resume it with as many")
+            probe = make_envs(Args(**{**asdict(args), "capture_video": False, "eval_checkpoint": args.resume}), 1, run_name, rank=0)
+            load_agent(Agent(probe, args), ckpt, args.resume)  # parameters that do not fit: said before anything is written
+            probe.close()
     except SystemExit as stop:
         error = stop.code
     rank, world_size, device, ckpt = init_distributed(args, error, ckpt)
     args.run_dir = args.run_dir or f"runs/{run_name}"  # after the processes compared their arguments: run_name has the time
+    if args.eval_checkpoint is None:
+        claim_run_dir(args, rank)  # created, locked, written to: before the first env step
     if args.eval_checkpoint is not None:
         if rank == 0:  # one process evaluates
             returns = evaluate(args, f"{run_name}-eval", device)
@@ -496,8 +511,58 @@ def start_up(args: Args, run_name: str) -> tuple:
     return rank, world_size, device, ckpt
 
 
+def claim_run_dir(args: Args, rank: int):
+    """Create the run's directory and make it this run's, before the first env step: a lock that another process opening
+    the same directory gets a one-line error from (an fcntl lock, which dies with its process: a killed run leaves
+    nothing locked) and a first small write, so that a read-only or full disk is said now, not after the first
+    iterations. Rank 0 writes the directory for every process; under torchrun every process stops with its reason."""
+    reason = lock_run_dir(args) if rank == 0 else None
+    if dist.is_initialized():
+        shared = [reason]
+        dist.broadcast_object_list(shared, src=0)
+        reason = shared[0]
+    if reason is not None:
+        fail(reason)
+
+
+def lock_run_dir(args: Args) -> Optional[str]:
+    """claim_run_dir's work on rank 0: None, holding the lock in RUN_DIR_LOCK, or why the directory cannot be this run's."""
+    run_dir, model_path = args.run_dir, f"{args.run_dir}/{args.exp_name}.pt"
+    cannot = "pass a directory this user can write, on a disk with free space"
+    if args.save_model and os.path.isdir(model_path):
+        return f"{model_path!r}, where --save-model writes the checkpoint, is a directory; move it away, or pass another --exp-name"
+    try:
+        os.makedirs(run_dir, exist_ok=True)
+        lock = open(f"{run_dir}/.lock", "a+")
+    except OSError as e:
+        return f"cannot write to --run-dir {run_dir!r} ({e.strerror}); {cannot}"
+    try:
+        import fcntl  # POSIX; elsewhere (Windows) the directory is not locked
+
+        fcntl.lockf(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except ImportError:
+        pass
+    except OSError:
+        lock.seek(0)
+        holder = lock.read().strip() or "?"
+        lock.close()
+        return f"--run-dir {run_dir!r} is in use by the run of process {holder}; let it finish (or stop it), or pass another --run-dir"
+    try:
+        lock.truncate(0)
+        lock.write(f"{os.getpid()}\n")
+        lock.flush()
+        os.fsync(lock.fileno())
+    except OSError as e:
+        lock.close()
+        return f"cannot write to --run-dir {run_dir!r} ({e.strerror}); {cannot}"
+    RUN_DIR_LOCK[:] = [lock]  # held until close_run (or the process ends)
+    return None
+
+
 def load_checkpoint(path: str, args: Args) -> dict:
     """Load a checkpoint of this script, this format and this env, or fail with the reason."""
+    if os.path.isdir(path):
+        fail(f"checkpoint {path!r} is a directory, not a file saved with --save-model; pass the file's path, or move the directory away")
     if not os.path.isfile(path):
         fail(f"checkpoint {path!r} does not exist; pass the path of a file saved with --save-model")
     try:
@@ -514,6 +579,9 @@ def load_checkpoint(path: str, args: Args) -> dict:
             f"{path!r} has checkpoint format {ckpt.get('format', 1)}, this {script} reads format {CHECKPOINT_FORMAT}; "
             "use the version of the script that saved it"
         )
+    missing = [key for key in ("optimizer", "global_step", "iteration", "ranks") if key not in ckpt]
+    if missing:
+        fail(f"{path!r} has no {', '.join(map(repr, missing))}: it is not a whole checkpoint of {script}; pass one saved with --save-model")
     if ckpt["args"]["env_id"] != args.env_id:
         fail(f"{path!r} was trained on {ckpt['args']['env_id']}; pass --env-id {ckpt['args']['env_id']}")
     return ckpt
@@ -601,10 +669,23 @@ def restore(args: Args, ckpt: Optional[dict], rank: int, agent, optimizer, envs,
 
 def save_checkpoint(checkpoint: dict, path: str, rank: int, final: bool = True) -> float:
     """Write the checkpoint atomically (a whole file under a temporary name, then renamed over the last one, so that
-    a kill mid-write leaves the previous checkpoint); rank 0 holds every process's part. Returns when it was written."""
+    a kill or a full disk mid-write leaves the previous checkpoint); rank 0 holds every process's part. Returns when it
+    was written; a failed write raises OSError, which the run reports in one line (write_error)."""
     if rank == 0:
-        torch.save(checkpoint, f"{path}.tmp")
-        os.replace(f"{path}.tmp", path)
+        buffer = io.BytesIO()
+        torch.save(checkpoint, buffer)  # in memory first: a failed write below is the disk's, with its reason
+        try:
+            with open(f"{path}.tmp", "wb") as f:
+                f.write(buffer.getbuffer())
+                f.flush()
+                os.fsync(f.fileno())  # on the disk before it replaces the last one
+            os.replace(f"{path}.tmp", path)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                os.remove(f"{path}.tmp")  # no partial file left to fill the disk
+            raise OSError(
+                e.errno, f"the checkpoint of iteration {checkpoint['iteration']} could not be written ({e.strerror})", path
+            ) from None
         if final:
             print(f"checkpoint of iteration {checkpoint['iteration']} saved to {path}")
     return time.time()
@@ -822,8 +903,15 @@ def make_writer(args: Args, run_name: str, rank: int, ckpt: Optional[dict]) -> O
             name=run_name,
             save_code=True,
         )
-    writer = SummaryWriter(args.run_dir, purge_step=None if ckpt is None else ckpt["global_step"] + 1)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])))
+    report = threading.excepthook  # TensorBoard's writer thread fails on a full disk: the next write says it in one line
+    threading.excepthook = lambda hook: None if type(hook.thread).__name__ == "_AsyncWriterThread" else report(hook)
+    try:
+        writer = SummaryWriter(args.run_dir, purge_step=None if ckpt is None else ckpt["global_step"] + 1)
+        writer.add_text(
+            "hyperparameters", "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()]))
+        )
+    except OSError as e:
+        fail(write_error(e, args))
     return writer
 
 
@@ -868,43 +956,68 @@ def explained_variance(b_values: torch.Tensor, b_returns: torch.Tensor) -> float
 
 def catch_stop_signals() -> list:
     """SIGTERM (kill, docker stop, systemd, Slurm, Kubernetes), and Ctrl-C under torchrun, where it reaches each process
-    at its own point of an iteration: note it here, and stop_requested() stops every process at the end of the same
-    iteration. A second SIGTERM kills at once. A plain run's Ctrl-C stops wherever it finds the run (KeyboardInterrupt)."""
+    at its own point of an iteration: note it here, and stop_requested() stops every process after the same iteration,
+    which the checkpoint keeps. A second SIGTERM kills at once. A plain run's Ctrl-C stops wherever it finds the run
+    (KeyboardInterrupt: the iteration in progress is not whole, the checkpoint keeps the one before). Returns the list of
+    the signals noted, from which close_run takes the exit status."""
     interrupted = []
 
     def note(signum, frame):
         interrupted.append(signum)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the next one cannot wait
+        if signum == signal.SIGINT and not dist.is_initialized():
+            raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, note)
-    if dist.is_initialized():
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # nohup and `&` in a script ignore Ctrl-C: so does the run
         signal.signal(signal.SIGINT, note)
     return interrupted
 
 
-def stop_requested(interrupted: list, device: torch.device) -> bool:
-    if not dist.is_initialized():
-        return len(interrupted) > 0
-    return all_mean(torch.tensor(float(len(interrupted) > 0), device=device)).item() > 0
-
-
-def close_run(args: Args, writer: Optional[SummaryWriter], finished: list, nan_message: Optional[str]):
-    """Log the episodes of an interrupted iteration, close TensorBoard and wandb, leave the process group; a NaN's error."""
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the handlers of catch_stop_signals() end with the run
+def stop_requested(interrupted: list, device: torch.device) -> int:
+    """The signal that stops the run after this iteration (the same in every process under torchrun), 0 if none."""
+    signum = torch.tensor(float(interrupted[0] if interrupted else 0), device=device)
     if dist.is_initialized():
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-    log_episodes(writer, finished)
-    if writer is not None:
-        writer.close()
-        if args.track:
-            import wandb
+        dist.all_reduce(signum, op=dist.ReduceOp.MAX)
+    return int(signum.item())
 
-            wandb.finish()
+
+def write_error(e: OSError, args: Args) -> str:
+    """The one-line reason a write to the run's directory failed (full disk, read-only, no permission); any other
+    OSError is not one of ours to explain, and goes on as it came."""
+    if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO):
+        raise e
+    then = f"--resume {args.run_dir}/{args.exp_name}.pt continues from the last checkpoint written" if args.save_model else "run again"
+    return f"{e.filename or args.run_dir!r}: {e.strerror}; free space there or make it writable, then {then}"
+
+
+def close_run(args: Args, writer: Optional[SummaryWriter], finished: list, error: Optional[str], interrupted: list):
+    """Log the episodes of an interrupted iteration, close TensorBoard and wandb, leave the process group, release the
+    run's directory. Then the exit status: 0 only for a run that reached its end; a failure's one-line error (a NaN, a
+    write that failed), or 128 + the signal that stopped it (143 for SIGTERM, 130 for Ctrl-C), as a shell reports it."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the handlers of catch_stop_signals() end with the run
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        log_episodes(writer, finished)
+        if writer is not None:
+            writer.close()
+    except OSError as e:  # the log of a full or read-only disk: as far as it got
+        error = error or write_error(e, args)
+    if writer is not None and args.track:
+        import wandb
+
+        wandb.finish()
     if dist.is_initialized():
         dist.barrier()  # none exits before rank 0 has saved and closed: torchrun stops the others when one exits with an error
         dist.destroy_process_group()
-    if nan_message is not None:
-        fail(nan_message)
+    for lock in RUN_DIR_LOCK:
+        lock.close()
+    RUN_DIR_LOCK.clear()
+    if error is not None:
+        fail(error)
+    if interrupted:
+        raise SystemExit(128 + interrupted[0])
 
 
 if __name__ == "__main__":
@@ -966,8 +1079,8 @@ if __name__ == "__main__":
     )
     recent_returns = deque(maxlen=100)
     finished = []  # (global_step, return, length) of this process's episodes since the last log
-    interrupted = catch_stop_signals()
-    checkpoint, nan_message = None, None  # checkpoint: the state after the last whole iteration, what --save-model writes
+    interrupted = catch_stop_signals()  # the signals that stopped the run (SIGTERM; Ctrl-C)
+    checkpoint, error = None, None  # checkpoint: the state after the last whole iteration, what --save-model writes
     model_path = f"{args.run_dir}/{args.exp_name}.pt"
     if args.save_model:
         checkpoint = make_checkpoint(args, agent, optimizer, envs, global_step, start_iteration - 1, (next_obs, next_done, next_rnn_state))
@@ -1050,12 +1163,8 @@ if __name__ == "__main__":
             # LOGGING
             stats = update_means(totals, num_updates)  # means over the update and every process
             if not (np.isfinite(stats["loss"]) and np.isfinite(stats["grad_norm"])):
-                nan_message = (
-                    f"the loss became {stats['loss']} (gradient norm {stats['grad_norm']}) at iteration {iteration}; training stopped"
-                )
+                error = f"the loss became {stats['loss']} (gradient norm {stats['grad_norm']}) at iteration {iteration}; training stopped"
                 break
-            if stop_requested(interrupted, device):
-                raise KeyboardInterrupt  # SIGTERM, or Ctrl-C under torchrun: every process stops at the end of this iteration
             recent_returns.extend(log_episodes(writer, finished))  # every process's episodes, in the order they ended
             explained_var = explained_variance(b_values, b_returns)
             if rank == 0:
@@ -1077,14 +1186,27 @@ if __name__ == "__main__":
                 )
             if args.save_model:
                 checkpoint = make_checkpoint(args, agent, optimizer, envs, global_step, iteration, (next_obs, next_done, next_rnn_state))
-                if time.time() - saved_at >= 60 * args.save_every:  # a killed run loses at most this much
-                    saved_at = save_checkpoint(checkpoint, model_path, rank, final=False)
+            stop = stop_requested(interrupted, device)  # SIGTERM, or Ctrl-C under torchrun: every process stops after this iteration
+            if args.save_model and not stop and time.time() - saved_at >= 60 * args.save_every:  # a killed run loses at most this much
+                saved_at = save_checkpoint(checkpoint, model_path, rank, final=False)
+            if stop:
+                if rank == 0:
+                    print(
+                        f"stopped by {signal.Signals(stop).name} after iteration {iteration}"
+                        + (", which the checkpoint keeps" if args.save_model else "")
+                    )
+                break
     except KeyboardInterrupt:
         if rank == 0:
             print(f"interrupted during iteration {iteration}; closing (a checkpoint keeps the last whole iteration)")
+    except OSError as e:  # a write to the run's directory failed (TensorBoard's, a periodic checkpoint's): say why below
+        error = write_error(e, args)
 
     # SAVE AND CLOSE
-    if args.save_model:
-        save_checkpoint(checkpoint, model_path, rank)
+    try:
+        if args.save_model:
+            save_checkpoint(checkpoint, model_path, rank)
+    except OSError as e:
+        error = error or write_error(e, args)
     envs.close()
-    close_run(args, writer, finished, nan_message)  # with every process's episodes of an interrupted iteration
+    close_run(args, writer, finished, error, interrupted)  # the exit status: 0 only for a run that reached its end

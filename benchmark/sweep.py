@@ -64,7 +64,7 @@ class Run:
             while self._child.poll() is None:  # not wait(): checkpoint() waits for the child from a signal handler
                 time.sleep(0.2)
             code = self._child.returncode
-        if ending:  # no result: a requeued job runs again, its next attempt writes the result
+        if ending or code == 128 + signal.SIGTERM:  # stopped, not finished (code 143): a requeued job's next attempt writes the result
             raise SystemExit(f"stopped by SIGTERM; the script saved {self.checkpoint_path}, which a new attempt resumes")
         if code != 0:
             raise RuntimeError(f"the run exited with code {code}; see {self.log}")

@@ -119,6 +119,24 @@ def cli(script: str, *argv: str, cwd, env=None, timeout=600, via=()) -> subproce
     )
 
 
+def start(script: str, argv: list, cwd) -> subprocess.Popen:
+    cwd.mkdir(parents=True)
+    env = {**os.environ, "PYTHONPATH": python_path(), "PYTHONUNBUFFERED": "1", "WANDB_MODE": "offline"}
+    return subprocess.Popen(
+        [sys.executable, *script_argv(script, argv)], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def wait_for(proc: subprocess.Popen, prefix: str) -> list:
+    """The lines the process prints up to the first that starts with prefix."""
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if line.startswith(prefix):
+            return lines
+    raise AssertionError(f"the run ended before printing {prefix!r}: {proc.stderr.read()[-2000:]}")
+
+
 def python_path() -> str:
     """The caller's PYTHONPATH with the repo root in front (so that `tests.envs:...` ids import), not
     instead of it: where the packages themselves import through PYTHONPATH, the child needs them too."""
@@ -157,13 +175,16 @@ def minibatch_ratio(g: dict) -> tuple:
     return newlogprob, (newlogprob - g["b_logprobs"][mb]).exp()
 
 
-def interrupt_at_call(monkeypatch, cls, name, call_number):
-    """Make cls.name raise KeyboardInterrupt (as Ctrl-C would) on its `call_number`-th call."""
+def interrupt_at_call(monkeypatch, cls, name, call_number, real_signal=False):
+    """Make cls.name raise KeyboardInterrupt (as Ctrl-C would) on its `call_number`-th call; with real_signal, send this
+    process a real SIGINT there instead (what the script's handler notes, and its exit status says)."""
     original, calls = getattr(cls, name), [0]
 
     def wrapper(self, *a, **kw):
         calls[0] += 1
         if calls[0] == call_number:
+            if real_signal:
+                os.kill(os.getpid(), signal.SIGINT)
             raise KeyboardInterrupt
         return original(self, *a, **kw)
 

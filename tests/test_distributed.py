@@ -177,9 +177,12 @@ def test_ctrl_c_under_torchrun_stops_every_process_together(tmp_path):
             break
     os.killpg(proc.pid, signal.SIGINT)  # what the terminal does: the whole process group
     out = line + proc.communicate(timeout=120)[0]
-    assert "interrupted during iteration" in out and 'ppo_continuous_action.py", line' not in out, out  # torchrun prints its own traceback
+    (stop,) = re.findall(
+        r"stopped by SIG(?:INT|TERM) after iteration (\d+)", out
+    )  # torchrun's SIGTERM may follow: the iteration ran to its end
+    assert proc.returncode != 0 and 'ppo_continuous_action.py", line' not in out, out  # torchrun prints its own traceback
     ckpt = torch.load(next(tmp_path.glob("runs/*/*.pt")), weights_only=False)
-    assert len(ckpt["ranks"]) == 2 and ckpt["iteration"] >= 3 and all(part["envs"] is not None for part in ckpt["ranks"])
+    assert len(ckpt["ranks"]) == 2 and ckpt["iteration"] == int(stop) >= 3 and all(part["envs"] is not None for part in ckpt["ranks"])
     (events,) = list(tmp_path.glob("runs/*/events.out.tfevents.*"))
     assert events.stat().st_size > 0
 

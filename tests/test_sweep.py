@@ -188,7 +188,8 @@ def test_slurm_sweep_requeued_and_preempted_jobs_resume_exactly(slurm, tmp_path)
     assert requeued == {first, second}
     for log in logs:
         text = log.read_text()
-        assert "interrupted during iteration" in text and re.search(r"resumed from \S+ at iteration \d+", text)
+        # SIGTERM: the iteration in progress ran to its end and was saved, the script exited 143, the job was requeued
+        assert "stopped by SIGTERM after iteration" in text and re.search(r"resumed from \S+ at iteration \d+", text)
     # the job: its resources, its time limit and submitit's signal before it, one run per array task
     sbatch = (out / "submitit" / array / f"{array}_submission.sh").read_text()
     for line in ("#SBATCH --cpus-per-task=1", "#SBATCH --time=10", "#SBATCH --signal=USR2@120", "#SBATCH --array=0-1%2"):

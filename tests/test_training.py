@@ -131,7 +131,7 @@ def test_ctrl_c_signal_saves_flushes_and_closes(script, tmp_path):
             break
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 0, err
+    assert proc.returncode == 128 + signal.SIGINT, err  # a shell's status for Ctrl-C: the run did not finish
     assert "interrupted during iteration" in out and "Traceback" not in err
     ckpt = torch.load(checkpoint_path(tmp_path), weights_only=False)
     assert ckpt["iteration"] >= 1  # the last whole iteration before the signal (2, or 1 if it hit the snapshot)
@@ -158,3 +158,12 @@ def test_ipython_run_leaves_the_namespace(script, tmp_path, monkeypatch):
     shell.run_line_magic("run", argv)
     assert all(name in shell.user_ns for name in names)
     assert shell.user_ns["iteration"] == 2
+
+    # a real SIGINT: the script exits with status 130 (SystemExit, which IPython shows in one line), the namespace stays
+    shell.user_ns.clear()
+    monkeypatch.undo()
+    monkeypatch.chdir(tmp_path)
+    interrupt_at_call(monkeypatch, STEP_CLASS[script], STEP_METHOD[script], 16 + 7, real_signal=True)
+    shell.run_line_magic("run", argv)
+    assert all(name in shell.user_ns for name in names)
+    assert shell.user_ns["iteration"] == 2 and shell.user_ns["interrupted"] == [signal.SIGINT]

@@ -1,0 +1,218 @@
+"""Nothing lost at the edges of a run: a full or read-only disk, two runs in one run dir, a directory or a part missing
+where the checkpoint should be, arguments that would only fail late. Each is a one-line error, exit status 1, said
+before anything is written wherever start-up can see it, and the last good checkpoint stays loadable.
+
+The disks are real where the suite runs as root (a small tmpfs, as CI has); a fault injected into the write stands in
+for them elsewhere, and for the failures a tmpfs cannot make on cue (TensorBoard's writer thread)."""
+
+import contextlib
+import errno
+import os
+import shutil
+import signal
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from tests.helpers import QUICK_ENV, SCRIPTS, TINY, cli, error_of, run, start, wait_for
+
+RUN = [*TINY, "--save-model", "--save-every", "0"]  # the checkpoint written after every iteration
+
+
+@contextlib.contextmanager
+def tmpfs(path, size: str, *options: str):
+    """A real filesystem of `size` mounted at path for the test's duration (root only: skipped elsewhere)."""
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a tmpfs needs root; the injected-fault tests cover this without it")
+    path.mkdir(parents=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", ",".join([f"size={size}", *options]), "tmpfs", str(path)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def one_line_error(result: subprocess.CompletedProcess) -> str:
+    """The error a run stopped with: exit status 1 and one line on stderr, no traceback."""
+    assert result.returncode == 1 and result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, result.stderr
+    return result.stderr.strip()
+
+
+def written(run_dir) -> list:
+    return sorted(p.name for p in run_dir.iterdir()) if run_dir.exists() else []
+
+
+def test_a_full_disk_stops_in_one_line_keeps_the_last_checkpoint_and_resumes_once_freed(tmp_path):
+    with tmpfs(tmp_path / "disk", "300k") as disk:
+        run_dir = disk / "run"
+        argv = [*RUN, "--total-timesteps", "6400", "--run-dir", str(run_dir), "--resume", "auto"]
+        message = one_line_error(cli("ppo.py", *argv, cwd=tmp_path))
+        ckpt = torch.load(run_dir / "ppo.pt", weights_only=False)  # the last checkpoint written whole
+        assert message == (
+            f"error: '{run_dir}/ppo.pt': the checkpoint of iteration {ckpt['iteration'] + 1} could not be written (No space left on device); "
+            f"free space there or make it writable, then --resume {run_dir}/ppo.pt continues from the last checkpoint written"
+        )
+        assert not [name for name in written(run_dir) if name.endswith(".tmp")]  # no partial file left to keep the disk full
+        subprocess.run(["mount", "-o", "remount,size=2m", str(disk)], check=True)  # space freed
+        resumed = cli("ppo.py", *argv, cwd=tmp_path)
+        assert resumed.returncode == 0 and f"resumed from {run_dir}/ppo.pt at iteration {ckpt['iteration']}" in resumed.stdout, (
+            resumed.stderr
+        )
+        assert torch.load(run_dir / "ppo.pt", weights_only=False)["global_step"] == 6400
+
+
+def test_a_failed_checkpoint_write_is_one_line_and_leaves_the_previous_one(tmp_path, monkeypatch):
+    """The same without root: the disk fills up (ENOSPC) as the 4th checkpoint is synced."""
+    fsync, calls = os.fsync, [0]
+
+    def fills_up(fd):
+        calls[0] += 1
+        if calls[0] >= 1 + 4:  # the run dir's lock, checkpoints 1, 2, 3; the 4th and every later one
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fills_up)
+    with pytest.raises(SystemExit) as stop:
+        run("ppo.py", *RUN, "--total-timesteps", "320", "--run-dir", str(tmp_path / "run"), cwd=tmp_path)
+    assert stop.value.code == (
+        f"error: '{tmp_path}/run/ppo.pt': the checkpoint of iteration 4 could not be written (No space left on device); "
+        f"free space there or make it writable, then --resume {tmp_path}/run/ppo.pt continues from the last checkpoint written"
+    )
+    assert torch.load(tmp_path / "run" / "ppo.pt", weights_only=False)["iteration"] == 3 and not (tmp_path / "run" / "ppo.pt.tmp").exists()
+
+
+def test_tensorboard_failing_mid_run_is_one_line_and_the_checkpoint_is_saved(tmp_path, monkeypatch, capfd):
+    """A filesystem that goes read-only mid-run, as TensorBoard's writer thread meets it: no thread traceback, one
+    line, and the checkpoint of the last whole iteration (written to another disk, here: the same one, still able)."""
+    from tensorboard.compat.tensorflow_stub.io.gfile import LocalFileSystem
+
+    append, calls = LocalFileSystem.append, [0]
+
+    def read_only(self, *a, **kw):
+        calls[0] += 1
+        if calls[0] > 3:
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+        return append(self, *a, **kw)
+
+    monkeypatch.setattr(LocalFileSystem, "append", read_only)
+    with pytest.raises(SystemExit) as stop:
+        run("ppo.py", *TINY, "--save-model", "--total-timesteps", "6400", "--run-dir", str(tmp_path / "run"), cwd=tmp_path)
+    assert stop.value.code.startswith(f"error: '{tmp_path}/run': Read-only file system; free space there or make it writable")
+    out, err = capfd.readouterr()
+    assert "Traceback" not in err and "Exception in thread" not in err, err
+    # when the writer thread fails depends on when it flushes: the checkpoint holds the last iteration that completed
+    completed = [int(line.split("/")[0].removeprefix("iter ")) for line in out.splitlines() if line.startswith("iter ")]
+    ckpt = torch.load(tmp_path / "run" / "ppo.pt", weights_only=False)
+    assert ckpt["iteration"] == max(completed, default=0) < 200 and ckpt["global_step"] == 32 * ckpt["iteration"]
+
+
+def test_a_read_only_run_dir_is_one_line_at_start_up(tmp_path):
+    with tmpfs(tmp_path / "disk", "1m", "ro"):
+        result = cli("ppo.py", *RUN, "--total-timesteps", "64", "--run-dir", str(tmp_path / "disk" / "run"), cwd=tmp_path)
+        message = one_line_error(result)
+        assert message == (
+            f"error: cannot write to --run-dir '{tmp_path}/disk/run' (Read-only file system); "
+            "pass a directory this user can write, on a disk with free space"
+        )
+        assert result.stdout == ""  # before the first env step
+
+
+def test_two_runs_in_one_run_dir_the_second_is_refused_until_the_first_is_gone(tmp_path):
+    run_dir = tmp_path / "run"
+    argv = [*RUN, "--total-timesteps", "1000000", "--run-dir", str(run_dir), "--resume", "auto"]
+    first = start("ppo.py", argv, tmp_path / "a")
+    try:
+        wait_for(first, "iter 2/")
+        before = written(run_dir)
+        second = cli("ppo.py", *argv, cwd=tmp_path)
+        assert one_line_error(second) == (
+            f"error: --run-dir '{run_dir}' is in use by the run of process {first.pid}; let it finish (or stop it), or pass another --run-dir"
+        )
+        assert second.stdout == "" and written(run_dir) == before  # nothing written by the second
+    finally:
+        first.kill()  # SIGKILL: no clean-up, and the lock dies with the process
+        first.communicate(timeout=60)
+    third = cli("ppo.py", *argv[:-4], "--total-timesteps", "64", "--run-dir", str(run_dir), cwd=tmp_path)
+    assert third.returncode == 0, third.stderr
+
+
+def test_a_directory_where_the_checkpoint_goes_is_one_line_before_anything_is_written(tmp_path):
+    run_dir = tmp_path / "run"
+    (run_dir / "ppo.pt").mkdir(parents=True)
+    argv = [*RUN, "--total-timesteps", "64", "--run-dir", str(run_dir)]
+    assert error_of("ppo.py", *argv, "--resume", "auto", cwd=tmp_path) == (
+        f"error: checkpoint '{run_dir}/ppo.pt' is a directory, not a file saved with --save-model; pass the file's path, or move the directory away"
+    )
+    assert error_of("ppo.py", *argv, "--resume", str(run_dir / "ppo.pt"), cwd=tmp_path).startswith(
+        f"error: checkpoint '{run_dir}/ppo.pt' is a directory"
+    )
+    assert error_of("ppo.py", *argv, cwd=tmp_path) == (
+        f"error: '{run_dir}/ppo.pt', where --save-model writes the checkpoint, is a directory; move it away, or pass another --exp-name"
+    )
+    assert written(run_dir) == ["ppo.pt"]
+
+
+def test_a_checkpoint_without_its_parts_or_parameters_that_do_not_fit_is_one_line_before_anything_is_written(tmp_path):
+    saved = tmp_path / "saved"
+    run("ppo.py", *RUN, "--total-timesteps", "64", "--run-dir", str(saved), cwd=tmp_path)
+    ckpt = torch.load(saved / "ppo.pt", weights_only=False)
+    del ckpt["ranks"]
+    torch.save(ckpt, tmp_path / "partial.pt")
+    run_dir = tmp_path / "run"
+    argv = [*RUN, "--total-timesteps", "64", "--run-dir", str(run_dir)]
+    assert error_of("ppo.py", *argv, "--resume", str(tmp_path / "partial.pt"), cwd=tmp_path) == (
+        f"error: '{tmp_path}/partial.pt' has no 'ranks': it is not a whole checkpoint of ppo.py; pass one saved with --save-model"
+    )
+    ckpt = torch.load(saved / "ppo.pt", weights_only=False)
+    ckpt["agent"]["critic.0.weight"] = torch.zeros(32, 4)  # an edited Agent's
+    torch.save(ckpt, tmp_path / "edited.pt")
+    assert error_of("ppo.py", *argv, "--resume", str(tmp_path / "edited.pt"), cwd=tmp_path).startswith(
+        f"error: '{tmp_path}/edited.pt' does not fit this Agent (parameters critic.0.weight differ in name or shape)"
+    )
+    assert not run_dir.exists()  # no run dir, no event file, no purge of an earlier log
+
+
+def test_save_every_nan_and_capture_video_without_moviepy_are_refused_before_anything_is_written(tmp_path, monkeypatch):
+    assert error_of("ppo.py", "--save-model", "--save-every", "nan", cwd=tmp_path) == "error: --save-every must be non-negative, got nan"
+    monkeypatch.setitem(sys.modules, "moviepy", None)  # as where it is not installed: `import moviepy` raises ImportError
+    assert error_of("ppo.py", "--capture-video", cwd=tmp_path) == (
+        "error: --capture-video writes videos with moviepy, which does not import here; pip install moviepy, or drop --capture-video"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_a_run_that_reached_its_end_exits_0_and_releases_its_run_dir(script, tmp_path):
+    """The exit status is 0 for a finished run (a stopped one's is 128 + the signal: tests/test_signals.py), and a run
+    in this process (IPython's %run) releases its run dir when it ends: another process can continue there."""
+    argv = ["--env-id", QUICK_ENV[script], *RUN, "--total-timesteps", "64", "--run-dir", str(tmp_path / "run"), "--resume", "auto"]
+    assert cli(script, *argv, cwd=tmp_path).returncode == 0
+    assert run(script, *argv, cwd=tmp_path)["start_iteration"] == 3  # resumed at its end: nothing left to train
+    again = cli(script, *argv, cwd=tmp_path)
+    assert again.returncode == 0 and "resumed from" in again.stdout, again.stderr
+
+
+def test_sigterm_to_one_process_fails_the_torchrun_job(tmp_path):
+    """torchrun reports a job stopped by a signal as failed (so a retry loop or a scheduler does not take it for
+    done), after rank 0 saved the last whole iteration."""
+    from tests.helpers import ROOT
+    from tests.test_distributed import SMALL, pid_of_rank, torchrun
+
+    run_dir = tmp_path / "run"
+    argv = [str(ROOT / "ppo.py"), *SMALL, "--total-timesteps", "1000000", "--no-cuda", "--save-model", "--run-dir", str(run_dir)]
+    proc = torchrun("--standalone", "--nproc-per-node", "2", *argv, cwd=tmp_path)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if line.startswith("iter 3/"):
+            break
+    os.kill(pid_of_rank(1, str(run_dir)), signal.SIGTERM)
+    out = "".join(lines) + proc.communicate(timeout=300)[0]
+    assert proc.returncode != 0, out[-3000:]
+    (stopped,) = [line for line in out.splitlines() if line.startswith("stopped by SIGTERM after iteration")]
+    ckpt = torch.load(run_dir / "ppo.pt", weights_only=False)
+    assert stopped == f"stopped by SIGTERM after iteration {ckpt['iteration']}, which the checkpoint keeps" and len(ckpt["ranks"]) == 2
