@@ -243,8 +243,8 @@ STATS = ("policy_loss", "value_loss", "entropy", "old_approx_kl", "approx_kl", "
 
 
 def update_minibatch(args: Args, agent: Agent, optimizer: optim.Optimizer, minibatch: tuple) -> Optional[torch.Tensor]:
-    """One gradient step on minibatch = (obs, logprobs, actions, advantages, returns, values), the rows mb_inds of the b_*
-    tensors: the clipped surrogate, the value loss and the entropy bonus. Returns the step's statistics (STATS, in that
+    """One gradient step on minibatch, the rows mb_inds of the b_* tensors in `batch` (obs, logprobs, actions, advantages,
+    returns, values, and what the domain adds): the clipped surrogate, the value loss and the entropy bonus. Returns the step's statistics (STATS, in that
     order) in one tensor, or None, without a step, where the approximate KL has passed args.target_kl. A function of
     tensors and nothing else, so that --cuda-graphs can record it once and replay it."""
     mb_obs, mb_logprobs, mb_actions, mb_advantages, mb_returns, mb_values = minibatch

@@ -2,7 +2,7 @@
 
     python ppo_atari.py --cuda-graphs               # BreakoutNoFrameskip-v4, 10M steps: ~51 min on one H100 (3,294 SPS)
     python ppo_atari.py --num-envs 128 --num-steps 32 --num-minibatches 16 --cuda-graphs   # 8,182 SPS there: 10M in ~20 min
-    python ppo_atari.py --eval-checkpoint runs/<run>/ppo_atari.pt --capture-video  # --no-native-envs: gymnasium's wrappers
+    python ppo_atari.py --eval-checkpoint runs/<run>/ppo_atari.pt --capture-video  # on the env path it trained on
 
 Follows Schulman et al. 2017 (arXiv:1707.06347) and openai/baselines' ppo2 with every detail of
 "The 32 Implementation Details of PPO" (Huang and Dossa, 2020), corrected for gymnasium 1.x: no
@@ -118,7 +118,7 @@ class Args:
     bootstrap_truncation: bool = True
     """bootstrap gamma * V(final_obs) at time-limit truncations (off: treat them as termination)"""
     native_envs: bool = True
-    """step the games with ale-py's C++ vector env (off: gymnasium's wrappers, for exact resume; --capture-video uses them)"""
+    """step the games with ale-py's C++ vector env (off: gymnasium's wrappers, for exact resume)"""
     env_threads: int = 0
     """threads of each group of the native vector env (0: one per available core, shared among torchrun's local processes, at most the group's envs); --resume may change it"""
     env_groups: int = 0
@@ -171,13 +171,13 @@ class EpisodicLife(gym.Wrapper):
         obs, reward, terminated, truncated, info = self.env.step(action)
         self.score, self.length = self.score + reward, self.length + 1
         lives, self.lives = self.lives, self.unwrapped.ale.lives()
-        game_over, lost_life = terminated or truncated, self.lives < lives and not (terminated or truncated)
-        if lost_life:  # the next life starts now, before the episode's end reaches the agent: a no-op, then the serve
+        game_over, lost_life = terminated or truncated, self.lives < lives and not terminated  # at a time limit too: as natively
+        if lost_life and not game_over:  # the next life starts now, before the episode's end reaches the agent: a no-op, then the serve
             obs_next, info_next, game_over = self.unseen((0, *self.serve_actions), obs, info)
             self.next_life = None if game_over else (obs_next, info_next)  # what reset() returns
         if game_over:
             info = {**info, "episode": {"r": self.score, "l": self.length}}
-        return obs, reward, terminated or lost_life, truncated, info
+        return obs, reward, terminated or lost_life, truncated and not lost_life, info
 
     def reset(self, **kwargs):
         start, self.next_life = self.next_life, None  # (obs, info) where the unseen steps started the next life
@@ -198,21 +198,20 @@ class EpisodicLife(gym.Wrapper):
 
 
 class NativeAtari(gym.vector.VectorEnv):
-    """ale-py's AtariVectorEnv (no-ops, max-pooled frame skip, 84x84 grayscale, frame stack: C++ threads) with make_env's
-    semantics: a lost life ends the episode, not the game; rewards clipped to their sign; whole games logged as EpisodicLife
-    logs them; a new life's first step is a serve, where the env plays FIRE, not the agent's action (`serving` says where).
-    Groups envs[parts[g]], each an AtariVectorEnv: send(actions, g) starts group g's step, recv(g) waits; env i: seed + i."""
+    """ale-py's AtariVectorEnv (the preprocessing in C++ threads) with make_env's semantics: lost lives end episodes, rewards
+    clipped, games logged as EpisodicLife logs them; a new life's first step is a serve, FIRE in place of the agent's action
+    (`serving`). Groups envs[parts[g]]: send(actions, g) steps group g, recv(g) waits. --capture-video: a colour twin of env 0."""
 
-    def __init__(self, env_id: str, num_envs: int, num_threads: int, groups: int = 1, **settings):
+    def __init__(self, env_id: str, num_envs: int, num_threads: int, groups: int = 1, video: Optional[str] = None, **settings):
         spec = gym.spec(env_id.split(":")[-1]).kwargs  # "module:Game-v4" ids: gym.make imported the module
         skip = spec.get("frameskip", 4)  # NoFrameskip ids: 1, so skip 4 here with the max of the last two frames
         cores = max(1, len(os.sched_getaffinity(0)) // int(os.environ.get("LOCAL_WORLD_SIZE", 1)))  # this process's share
         self.parts = [slice(g * num_envs // groups, (g + 1) * num_envs // groups) for g in range(groups)]
-        self.vector_envs = [
-            ale_py.AtariVectorEnv(
+
+        def make(n: int, **more) -> ale_py.AtariVectorEnv:  # n envs with these settings, and `more`
+            return ale_py.AtariVectorEnv(
                 spec["game"],
-                num_envs // groups,
-                num_threads=num_threads or min(num_envs // groups, cores),
+                n,
                 frameskip=4 if skip == 1 else skip,
                 maxpool=skip == 1,
                 life_loss_info=True,  # not episodic_life=True: that restarts the whole game at every lost life
@@ -221,43 +220,54 @@ class NativeAtari(gym.vector.VectorEnv):
                 repeat_action_probability=spec.get("repeat_action_probability", 0.25),  # gymnasium's AtariEnv defaults
                 full_action_space=spec.get("full_action_space", False),
                 max_num_frames_per_episode=spec.get("max_num_frames_per_episode", 108000),
-                **{"noop_max": 30, "use_fire_reset": True, **settings},  # FIRE at a game's start; send() serves a new life
+                **{"noop_max": 30, "use_fire_reset": True, **settings, **more},  # FIRE at a game's start; send() serves a new life
             )
-            for _ in range(groups)
-        ]
+
+        self.vector_envs = [make(num_envs // groups, num_threads=num_threads or min(num_envs // groups, cores)) for _ in range(groups)]
+        self.twin = video and make(1, img_height=210, img_width=160, grayscale=False, stack_num=1, num_threads=1)
+        self.video, self.clip, self.games = video, [], 0  # the twin's frames of env 0's game in progress, and its number
         self.num_envs, self.metadata, first = num_envs, {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}, self.vector_envs[0]
         self.single_observation_space, self.single_action_space = first.single_observation_space, first.single_action_space
         self.action_space = gym.vector.utils.batch_space(self.single_action_space, num_envs)
         self.returns, self.lengths, self.frames = np.zeros(num_envs), np.zeros(num_envs, dtype=np.int64), None
         self.serving = np.zeros(num_envs, dtype=bool)
         self.fire = settings.get("use_fire_reset", True) and first.ale.get_action_set()[1] == ale_py.Action.FIRE
+        self.step = lambda actions: self.send(actions) or self.recv()  # one group's step, as evaluation takes it
 
     def reset(self, *, seed=None, options=None):
         seeds = seed + np.arange(self.num_envs) if isinstance(seed, int) else seed  # env i: seed + i, whatever its group
         out = [env.reset(seed=None if seeds is None else seeds[part]) for env, part in zip(self.vector_envs, self.parts, strict=True)]
         obs, infos = np.concatenate([obs for obs, _ in out]), {k: np.concatenate([i[k] for _, i in out]) for k in out[0][1]}
         self.returns[:], self.lengths[:], self.serving[:], self.frames = 0, 0, False, infos["episode_frame_number"]
+        self.clip = [self.twin.reset(seed=None if seeds is None else np.asarray(seeds[:1]))[0][0, 0]] if self.twin else []
         return obs, infos
 
     def send(self, actions: np.ndarray, group: int = 0):
-        self.vector_envs[group].send(np.where(self.serving[self.parts[group]], 1, actions))  # a serve plays FIRE
+        played = np.where(self.serving[self.parts[group]], 1, actions)  # a serve plays FIRE
+        self.vector_envs[group].send(played)
+        if self.twin and group == 0:
+            self.clip.append(self.twin.step(played[:1])[0][0, 0])
 
     def recv(self, group: int = 0) -> tuple:
         obs, rewards, terminations, truncations, infos = self.vector_envs[group].recv()
         part = self.parts[group]
         self.returns[part], self.lengths[part] = self.returns[part] + rewards, self.lengths[part] + 1
-        # a new game started (over, or at its time limit) where the emulator's frame count fell: the lives cannot tell
-        # (a new game may start with fewer than the last held), nor can terminations (a life lost at the time limit)
+        # a new game started where the emulator's frame count fell (not the lives: bonus lives; nor terminations: time limits)
         game_over = truncations | (infos["episode_frame_number"] < self.frames[part])
         self.frames[part] = infos["episode_frame_number"]
         self.serving[part] = terminations & ~game_over & self.fire
         if game_over.any():
             infos["final_info"] = {"episode": {"r": self.returns[part].copy(), "l": self.lengths[part].copy()}, "_episode": game_over}
             self.returns[part][game_over], self.lengths[part][game_over] = 0, 0
+        if self.twin and group == 0 and game_over[0]:  # env 0's game is over: its video where gymnasium's RecordVideo records one
+            from gymnasium.utils.save_video import save_video  # (games 0, 1, 8, 27, ..., 1000, 2000, ...); it imports moviepy
+
+            save_video(self.clip, self.video, fps=15, name_prefix="game", episode_index=self.games)
+            self.clip, self.games = self.clip[-1:], self.games + 1  # the new game's first frame
         return obs, np.sign(rewards).astype(np.float64), terminations, truncations, infos
 
     def close_extras(self, **kwargs):
-        for env in self.vector_envs:
+        for env in self.vector_envs + ([self.twin] if self.twin else []):
             env.close()
 
 
@@ -274,20 +284,20 @@ class WrapperEnvs(gym.vector.SyncVectorEnv):
 
 
 def make_envs(args: Args, num_envs: int, run_name: str, rank: int) -> gym.vector.VectorEnv:
-    """ale-py's native vector env, or make_env's gymnasium wrappers (--no-native-envs, --capture-video, and evaluation,
-    where FIRE after every lost life keeps a greedy agent from stalling); both in SAME_STEP autoreset mode."""
-    if args.native_envs and args.capture_video and args.eval_checkpoint is None and rank == 0:
-        print("notice: --capture-video records colour frames through gymnasium's wrappers: the native vector env is not used")
-    if args.native_envs and not args.capture_video and args.eval_checkpoint is None:
+    """The vector env in SAME_STEP autoreset mode: an episode's last step returns the next episode's first observation
+    and puts the real last one in infos["final_obs"], so every step is a real transition. The default NEXT_STEP mode
+    would spend one step per episode on a reset whose action is ignored."""
+    if args.native_envs:  # ale-py's (evaluation: where its checkpoint trained; one group), else make_env's wrappers
         groups = args.env_groups or (2 if args.cuda and torch.cuda.is_available() and num_envs % 2 == 0 else 1)  # a GPU acts, cores step
-        return NativeAtari(args.env_id, num_envs, args.env_threads, groups)
+        video = f"videos/{run_name}" if args.capture_video and rank == 0 else None  # env 0's games, in colour
+        return NativeAtari(args.env_id, num_envs, args.env_threads, min(groups, num_envs), video)
     thunks = [make_env(args.env_id, i, args.capture_video and rank == 0, run_name) for i in range(num_envs)]
     return WrapperEnvs(thunks, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
 
 
 def check_env(args: Args):
     """Fail early, before anything is written, if the env is unknown or not of this script's kind."""
-    env_id, native = args.env_id, args.native_envs and not args.capture_video and args.eval_checkpoint is None
+    env_id, native = args.env_id, args.native_envs and args.eval_checkpoint is None  # evaluation: its checkpoint's path
     try:
         env = gym.make(env_id)
     except gym.error.Error as e:
@@ -300,8 +310,8 @@ def check_env(args: Args):
     if native and (not isinstance(env.spec.kwargs.get("frameskip", 4), int) or {"mode", "difficulty"} & env.spec.kwargs.keys()):
         fail(f"the native vector env cannot play {env_id} (random frame skip or game mode); use NoFrameskip-v4 or v5, or --no-native-envs")
     envs_per_process = args.num_envs // int(os.environ.get("WORLD_SIZE", 1))
-    if args.env_groups < 0 or (args.env_groups > 1 and not native) or (args.env_groups and envs_per_process % args.env_groups):
-        fail(f"--env-groups {args.env_groups}: native envs (no --no-native-envs, --capture-video), 0 or a divisor of {envs_per_process}")
+    if args.env_groups < 0 or (args.env_groups > 1 and not args.native_envs) or (args.env_groups and envs_per_process % args.env_groups):
+        fail(f"--env-groups {args.env_groups}: native envs (no --no-native-envs), 0 or a divisor of {envs_per_process}")
 
 
 def layer_init(layer: nn.Linear, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Linear:
@@ -385,16 +395,16 @@ STATS = ("policy_loss", "value_loss", "entropy", "old_approx_kl", "approx_kl", "
 
 
 def update_minibatch(args: Args, agent: Agent, optimizer: optim.Optimizer, minibatch: tuple) -> Optional[torch.Tensor]:
-    """One gradient step on minibatch = (obs, logprobs, actions, advantages, returns, values, served), the rows mb_inds of the b_*
-    tensors: the clipped surrogate, the value loss and the entropy bonus. Returns the step's statistics (STATS, in that
+    """One gradient step on minibatch, the rows mb_inds of the b_* tensors in `batch` (obs, logprobs, actions, advantages,
+    returns, values, and what the domain adds): the clipped surrogate, the value loss and the entropy bonus. Returns the step's statistics (STATS, in that
     order) in one tensor, or None, without a step, where the approximate KL has passed args.target_kl. A function of
-    tensors and nothing else, so that --cuda-graphs can record it once and replay it. Serve rows weigh 0 in the policy's terms."""
+    tensors and nothing else, so that --cuda-graphs can record it once and replay it."""
     mb_obs, mb_logprobs, mb_actions, mb_advantages, mb_returns, mb_values, mb_served = minibatch
     _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb_obs, mb_actions)
     assert newlogprob.shape == newvalue.shape == mb_returns.shape  # (minibatch,): no broadcasting below
     logratio = newlogprob - mb_logprobs
     ratio = logratio.exp()
-    played = 1.0 - mb_served  # the env played FIRE on a serve row, not its action: weights 0 there, N / played elsewhere
+    played = 1.0 - mb_served  # the env played FIRE on a serve row, not its action: in the policy's terms it weighs 0, others N / played
 
     with torch.no_grad():
         # http://joschu.net/blog/kl-approx.html

@@ -124,3 +124,7 @@ short_game("ShortVideoPinball-v4", "video_pinball", 4000)
 short_game("ShortDemonAttack-v4", "demon_attack", 1868)
 # Breakout cut at 800 frames: games end in the steps the agent does not see (the no-op and serve after a lost life)
 short_game("ShortBreakout-v4", "breakout", 800)
+# Breakout cut where a life is lost on the very step that reaches the limit, with NOOP after the serve: at 122 frames
+# on gymnasium's path (seed 9, the 23rd step), at 88 frames counted after the no-ops in the native env (seed 1, the 22nd)
+short_game("LifeAtLimitBreakout-v4", "breakout", 122)
+short_game("NativeLifeAtLimitBreakout-v4", "breakout", 88)

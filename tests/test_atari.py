@@ -517,3 +517,87 @@ def test_native_serve_rows_are_left_out_of_the_policy_terms(tmp_path, monkeypatc
     one_played = torch.zeros_like(b_served)
     one_played[(~b_served).nonzero()[0]] = True
     assert not all(torch.equal(a, b) for a, b in zip(update(one_played), reference, strict=True))
+
+
+def test_a_life_lost_on_the_time_limit_step_is_a_termination_on_both_paths():
+    """One rule on both paths: a life lost on the step that reaches the time limit ends the episode by termination (no
+    bootstrap: the life is over whatever the limit), not truncation, and the game is logged, whole, in that step. The
+    native env reports it so; gymnasium's path reported a truncation (and the rollout bootstrapped a lost life)."""
+    env = make("tests.envs:LifeAtLimitBreakout-v4")  # gymnasium's path, 122 frames
+    env.reset(seed=9)
+    lives, ended = env.unwrapped.ale.lives(), []
+    while not ended:
+        _, _, terminated, truncated, info = env.step(0)
+        ended = [(terminated, truncated)] if terminated or truncated else []
+    assert env.unwrapped.ale.lives() == lives - 1 and env.unwrapped.ale.game_truncated()  # the case in point
+    assert ended == [(True, False)] and info["episode"]["l"] == 23
+
+    envs = native("tests.envs:NativeLifeAtLimitBreakout-v4")  # the native env, 88 frames after the no-ops
+    _, infos = envs.reset(seed=1)
+    while "final_info" not in infos:
+        lives = infos["lives"]
+        _, _, terminations, truncations, infos = step(envs, np.array([0]))
+    assert lives[0] == 5 and infos["final_info"]["episode"]["l"][0] == 22  # a life lost as the game was cut
+    assert (terminations[0], truncations[0]) == (True, False) and not envs.serving[0]  # a new game: no serve
+
+
+def record_agent_env(monkeypatch) -> list:
+    """Log ("obs", observations) that the agent's AtariVectorEnv returns (84x84 stacks: not --capture-video's colour
+    twin) and ("sent", actions) that it is sent."""
+    log, reset, send, recv = [], AtariVectorEnv.reset, AtariVectorEnv.send, AtariVectorEnv.recv
+
+    def agents(env) -> bool:
+        return env.single_observation_space.shape == (4, 84, 84)
+
+    def logged_reset(self, seed=None, options=None):
+        out = reset(self, seed=seed)
+        log.extend([("obs", out[0].copy())] if agents(self) else [])
+        return out
+
+    def logged_send(self, actions):
+        log.extend([("sent", actions.copy())] if agents(self) else [])
+        return send(self, actions)
+
+    def logged_recv(self):
+        out = recv(self)
+        log.extend([("obs", out[0].copy())] if agents(self) else [])
+        return out
+
+    monkeypatch.setattr(AtariVectorEnv, "reset", logged_reset)
+    monkeypatch.setattr(AtariVectorEnv, "send", logged_send)
+    monkeypatch.setattr(AtariVectorEnv, "recv", logged_recv)
+    return log
+
+
+def test_evaluation_plays_the_env_path_its_checkpoint_trained_on(tmp_path, monkeypatch):
+    """A native-trained checkpoint, evaluated with and without --capture-video, acts on what the native env gives, as in
+    training: the same observations as the training env's for the same seed and actions, at a game's start (the stack
+    padded with zeros) and after a lost life (the stack kept; the env plays FIRE on the serve), where gymnasium's path,
+    which evaluation played before, repeats the first frame and restarts the stack behind steps the agent does not see.
+    The video is env 0's game in colour, by a twin that plays it again; --env-groups does not matter to evaluation."""
+    run(SCRIPT, *TINY, "--total-timesteps", "32", "--save-model", "--env-groups", "2", cwd=tmp_path)
+    path, seen = str(checkpoint_path(tmp_path)), {}
+    for extra in ([], ["--capture-video"]):
+        with monkeypatch.context() as m:
+            log = record_agent_env(m)
+            with pytest.raises(SystemExit) as stop:
+                run(SCRIPT, "--eval-checkpoint", path, "--eval-episodes", "1", "--env-groups", "2", *extra, cwd=tmp_path)
+        assert stop.value.code == 0
+        seen[bool(extra)] = ([x for kind, x in log if kind == "obs"], [x for kind, x in log if kind == "sent"])
+    (observed, sent), (recorded, recorded_sent) = seen[False], seen[True]
+    assert len(observed) == len(recorded) and all(np.array_equal(a, b) for a, b in zip(observed, recorded, strict=True))
+    assert all(np.array_equal(a, b) for a, b in zip(sent, recorded_sent, strict=True))
+    assert list(tmp_path.glob("videos/*-eval/game-episode-0.mp4"))
+
+    replay = load(SCRIPT).NativeAtari("BreakoutNoFrameskip-v4", 1, 1)  # as training makes it (make_envs)
+    obs, _ = replay.reset(seed=1)  # evaluation's seed: --seed's
+    assert len(observed) == len(sent) + 1 and np.array_equal(obs, observed[0]) and not obs[0, :3].any()  # zeros at the start
+    served = 0
+    for t, action in enumerate(sent):
+        serving = replay.serving[0]
+        obs, _, _, _, _ = step(replay, action)
+        assert np.array_equal(obs, observed[t + 1]), t
+        if serving:  # a new life's first step: FIRE, and the stack the agent saw before the lost life goes on
+            served += 1
+            assert action[0] == 1 and np.array_equal(observed[t + 1][0, :3], observed[t][0, 1:])
+    assert served == 4  # every lost life but the last
