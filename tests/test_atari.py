@@ -601,3 +601,22 @@ def test_evaluation_plays_the_env_path_its_checkpoint_trained_on(tmp_path, monke
             served += 1
             assert action[0] == 1 and np.array_equal(observed[t + 1][0, :3], observed[t][0, 1:])
     assert served == 4  # every lost life but the last
+
+
+def test_the_video_twin_plays_env_0s_games(tmp_path):
+    """--capture-video on the native path: the colour twin, sent env 0's played actions (the serves included), plays its
+    games frame for frame (the same rewards, lives and frame counts at every step, across lost lives and games), and
+    each game gymnasium's RecordVideo would record (0, 1, 8, ...) is written as game-episode-N.mp4."""
+    envs = native(num_envs=2, video=str(tmp_path / "videos"))
+    twin_steps, step_twin = [], envs.twin.step
+    envs.twin.step = lambda actions: twin_steps.append(step_twin(actions)) or twin_steps[-1]
+    _, infos = envs.reset(seed=3)
+    rng, games = np.random.default_rng(0), 0
+    while games < 2:
+        _, reward, _, _, infos = step(envs, rng.integers(envs.single_action_space.n, size=2))
+        _, twin_reward, _, _, twin_infos = twin_steps[-1]
+        assert (twin_infos["lives"][0], twin_infos["episode_frame_number"][0]) == (infos["lives"][0], infos["episode_frame_number"][0])
+        assert np.sign(twin_reward[0]) == reward[0]
+        games += int("final_info" in infos and infos["final_info"]["_episode"][0])
+    envs.close()
+    assert sorted(p.name for p in (tmp_path / "videos").iterdir()) == ["game-episode-0.mp4", "game-episode-1.mp4"]
