@@ -1054,7 +1054,7 @@ def close_run(args: Args, writer: Optional[SummaryWriter], finished: list, error
 if __name__ == "__main__":
     # ARGUMENTS AND START-UP
     args = tyro.cli(Args)
-    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    run_name = f"{args.env_id.replace('/', '_')}__{args.exp_name}__{args.seed}__{int(time.time())}"  # ALE/, dm_control/: one directory
     rank, world_size, device, ckpt = start_up(args, run_name)  # checks, torchrun, --resume's checkpoint; evaluation exits here
     args.batch_size = args.num_envs * args.num_steps
     args.minibatch_size = args.batch_size // args.num_minibatches

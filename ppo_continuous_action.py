@@ -18,6 +18,8 @@ is the same in all four scripts and can be skipped on a first reading.
 import contextlib
 import copy
 import errno
+import functools
+import importlib.util
 import io
 import math
 import os
@@ -46,6 +48,10 @@ from torch.utils.tensorboard import SummaryWriter
 
 # MuJoCo 4 warns about a deprecated attribute in gymnasium's HalfCheetah model at every load: harmless, not shown
 mujoco.set_mju_user_warning(lambda message: None if "settotalmass" in message else print(f"MuJoCo: {message}", file=sys.stderr))
+if importlib.util.find_spec("shimmy"):  # the DeepMind Control Suite's dm_control/* ids, with requirements-dmc.txt
+    if not os.environ.get("DISPLAY"):  # headless: dm_control picks its renderer as it imports, EGL here
+        os.environ.setdefault("MUJOCO_GL", "egl")
+    gym.register_envs(__import__("shimmy"))
 
 
 @dataclass
@@ -143,6 +149,11 @@ def make_env(env_id: str, idx: int, capture_video: bool, run_name: str):
         else:
             env = gym.make(env_id)
         env = MujocoState(env) if isinstance(env.unwrapped, MujocoEnv) else env
+        if env_id.startswith("dm_control/"):  # its observations, a Dict, as one vector (keys in sorted order); it pickles whole
+            env.unwrapped.spec = None  # (but for its spec's entry point, a local function): exact resume
+            env = gym.wrappers.TransformObservation(
+                env, functools.partial(gym.spaces.flatten, env.observation_space), gym.spaces.flatten_space(env.observation_space)
+            )
         env = gym.wrappers.RecordEpisodeStatistics(env)
         return env
 
@@ -224,7 +235,7 @@ def check_env(args: Args):
     """Fail early, before anything is written, if the env is unknown or not of this script's kind."""
     env_id = args.env_id
     try:
-        env = gym.make(env_id)
+        env = make_env(env_id, 0, False, "check")()  # as the run makes it (DMC: its observations flattened)
     except gym.error.Error as e:
         if "NoFrameskip" in env_id or env_id.startswith("ALE/"):
             fail(f"{env_id} is an Atari game; use ppo_atari.py for it")
@@ -983,7 +994,7 @@ def close_run(args: Args, writer: Optional[SummaryWriter], finished: list, error
 if __name__ == "__main__":
     # ARGUMENTS AND START-UP
     args = tyro.cli(Args)
-    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    run_name = f"{args.env_id.replace('/', '_')}__{args.exp_name}__{args.seed}__{int(time.time())}"  # ALE/, dm_control/: one directory
     # small networks: one thread avoids the synchronization cost that dominates tiny CPU matmuls
     torch.set_num_threads(1)
     rank, world_size, device, ckpt = start_up(args, run_name)  # checks, torchrun, --resume's checkpoint; evaluation exits here

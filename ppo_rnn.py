@@ -1023,7 +1023,7 @@ def close_run(args: Args, writer: Optional[SummaryWriter], finished: list, error
 if __name__ == "__main__":
     # ARGUMENTS AND START-UP
     args = tyro.cli(Args)
-    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    run_name = f"{args.env_id.replace('/', '_')}__{args.exp_name}__{args.seed}__{int(time.time())}"  # ALE/, dm_control/: one directory
     # small networks: one thread avoids the synchronization cost that dominates tiny CPU matmuls
     torch.set_num_threads(1)
     rank, world_size, device, ckpt = start_up(args, run_name)  # checks, torchrun, --resume's checkpoint; evaluation exits here
