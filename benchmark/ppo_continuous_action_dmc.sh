@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The DeepMind Control Suite, 1M steps: six tasks, seeds 1-3 with the truncation bootstrap (the default), then the same
+# six without it (exp name ppo_continuous_action_no_bootstrap; seed 1, or NO_BOOTSTRAP_SEEDS="1 2 3"); one report with
+# P(bootstrap improves on no bootstrap). CleanRL's 8M figures (10 seeds), for the table beside it: cartpole-swingup
+# 640.86 ± 11.44, walker-walk 392.51 ± 56.25, cheetah-run 432.56 ± 82.54, reacher-easy 626.28 ± 15.51, finger-spin
+# 590.49 ± 171.09, ball_in_cup-catch 900.78 ± 5.26. A run whose log has its last iteration is not run again, so the
+# table can be completed over several sittings. Runs in requirements-dmc.txt's venv (README: The DeepMind Control Suite).
+# usage: bash benchmark/ppo_continuous_action_dmc.sh   (JOBS=1 for one run at a time; TASKS="..." for some of them)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python -c "import shimmy" 2>/dev/null || { echo "error: needs the venv of requirements-dmc.txt (dm-control, shimmy); see README.md" >&2; exit 1; }
+out=benchmark/results/ppo_continuous_action_dmc
+tasks=${TASKS:-"cartpole-swingup walker-walk cheetah-run reacher-easy finger-spin ball_in_cup-catch"}
+ids=$(for t in $tasks; do printf 'dm_control/%s-v0 ' "$t"; done)
+bash benchmark/run_many.sh ppo_continuous_action.py "$out" "$ids" "1 2 3" --total-timesteps 1000000
+TAG=no_bootstrap bash benchmark/run_many.sh ppo_continuous_action.py "$out" "$ids" "${NO_BOOTSTRAP_SEEDS:-1}" --total-timesteps 1000000 \
+  --no-bootstrap-truncation --exp-name ppo_continuous_action_no_bootstrap
+python benchmark/report.py "$out/runs" --title "DeepMind Control Suite, 1M steps" \
+  --compare ppo_continuous_action ppo_continuous_action_no_bootstrap --out "$out/report"
