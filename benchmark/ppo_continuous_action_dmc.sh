@@ -5,11 +5,21 @@
 # 640.86 ± 11.44, walker-walk 392.51 ± 56.25, cheetah-run 432.56 ± 82.54, reacher-easy 626.28 ± 15.51, finger-spin
 # 590.49 ± 171.09, ball_in_cup-catch 900.78 ± 5.26. A run whose log has its last iteration is not run again, so the
 # table can be completed over several sittings. Runs in requirements-dmc.txt's venv (README: The DeepMind Control Suite).
-# usage: bash benchmark/ppo_continuous_action_dmc.sh   (JOBS=1 for one run at a time; TASKS="..." for some of them)
+# usage: bash benchmark/ppo_continuous_action_dmc.sh   (JOBS=1 for one run at a time; TASKS="..." for some of them;
+#        FALL=1 [FALL_SEEDS="1 2"]: cartpole-swingup with --no-norm-adv and with --no-norm-reward instead)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python -c "import shimmy" 2>/dev/null || { echo "error: needs the venv of requirements-dmc.txt (dm-control, shimmy); see README.md" >&2; exit 1; }
 out=benchmark/results/ppo_continuous_action_dmc
+if [ -n "${FALL:-}" ]; then  # FALL=1: the fall after the peak (docs/continuous.md): cartpole-swingup without either normalization
+  for switch in norm-adv norm-reward; do
+    TAG=no_${switch/-/_} bash benchmark/run_many.sh ppo_continuous_action.py "${out}_fall" dm_control/cartpole-swingup-v0 "${FALL_SEEDS:-2}" \
+      --total-timesteps 1000000 --no-$switch --exp-name "ppo_continuous_action_no_${switch/-/_}" &
+  done
+  wait
+  python benchmark/report.py "${out}_fall/runs" --title "cartpole-swingup, 1M steps, without one normalization" --out "${out}_fall/report"
+  exit 0
+fi
 tasks=${TASKS:-"cartpole-swingup walker-walk cheetah-run reacher-easy finger-spin ball_in_cup-catch"}
 ids=$(for t in $tasks; do printf 'dm_control/%s-v0 ' "$t"; done)
 bash benchmark/run_many.sh ppo_continuous_action.py "$out" "$ids" "1 2 3" --total-timesteps 1000000
