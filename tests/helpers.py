@@ -134,7 +134,8 @@ def wait_for(proc: subprocess.Popen, prefix: str) -> list:
         lines.append(line)
         if line.startswith(prefix):
             return lines
-    raise AssertionError(f"the run ended before printing {prefix!r}: {proc.stderr.read()[-2000:]}")
+    said = proc.stderr.read() if proc.stderr else "".join(lines)  # torchrun's: stderr into stdout
+    raise AssertionError(f"the run ended before printing {prefix!r}: {said[-2000:]}")
 
 
 def python_path() -> str:

@@ -18,7 +18,20 @@ import torch.nn as nn
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from tests.distributed import free_port, run_distributed
-from tests.helpers import EXACT_RESUME, GRU, QUICK_ENV, ROOT, SCRIPTS, VARIANTS, command, error_of, load, popen_interruptible, python_path
+from tests.helpers import (
+    EXACT_RESUME,
+    GRU,
+    QUICK_ENV,
+    ROOT,
+    SCRIPTS,
+    VARIANTS,
+    command,
+    error_of,
+    load,
+    popen_interruptible,
+    python_path,
+    wait_for,
+)
 
 # 4 envs in all, 2 per process; a minibatch of 32 samples (16 per process); ppo_rnn.py: one env per process's minibatch share
 SMALL_STEPS = 16
@@ -275,11 +288,7 @@ def test_torchrun_max_restarts_continues_a_killed_run_from_its_checkpoint(tmp_pa
     proc = torchrun(
         "--standalone", "--nproc-per-node", "2", "--max-restarts", "1", *argv, "--run-dir", str(run_dir), "--resume", "auto", cwd=tmp_path
     )
-    lines = []
-    for line in proc.stdout:
-        lines.append(line)
-        if line.startswith("iter 5/"):
-            break
+    lines = wait_for(proc, "iter 5/")
     os.kill(pid_of_rank(1, str(run_dir)), signal.SIGKILL)
     out = "".join(lines) + proc.communicate(timeout=300)[0]
     assert proc.returncode == 0, out[-4000:]

@@ -205,11 +205,7 @@ def test_sigterm_to_one_process_fails_the_torchrun_job(tmp_path):
     run_dir = tmp_path / "run"
     argv = [str(ROOT / "ppo.py"), *SMALL, "--total-timesteps", "1000000", "--no-cuda", "--save-model", "--run-dir", str(run_dir)]
     proc = torchrun("--standalone", "--nproc-per-node", "2", *argv, cwd=tmp_path)
-    lines = []
-    for line in proc.stdout:
-        lines.append(line)
-        if line.startswith("iter 3/"):
-            break
+    lines = wait_for(proc, "iter 3/")
     os.kill(pid_of_rank(1, str(run_dir)), signal.SIGTERM)
     out = "".join(lines) + proc.communicate(timeout=300)[0]
     assert proc.returncode != 0, out[-3000:]
