@@ -947,9 +947,10 @@ def catch_stop_signals() -> list:
 
 def stop_requested(interrupted: list, device: torch.device) -> int:
     """The signal that stops the run after this iteration (the same in every process under torchrun), 0 if none."""
+    if not dist.is_initialized():
+        return interrupted[0] if interrupted else 0  # no tensor, no device sync in a plain run
     signum = torch.tensor(float(interrupted[0] if interrupted else 0), device=device)
-    if dist.is_initialized():
-        dist.all_reduce(signum, op=dist.ReduceOp.MAX)
+    dist.all_reduce(signum, op=dist.ReduceOp.MAX)
     return int(signum.item())
 
 
