@@ -464,7 +464,7 @@ def start_up(args: Args, run_name: str) -> tuple:
             processes = int(os.environ.get("WORLD_SIZE", 1))  # torchrun's count; init_distributed comes below
             if len(ckpt["ranks"]) != processes:
                 fail(f"{args.resume!r} was saved by {len(ckpt['ranks'])} process(es), not {processes}; resume it with as many")
-            probe = make_envs(Args(**{**asdict(args), "capture_video": False, "eval_checkpoint": args.resume}), 1, run_name, rank=0)
+            probe = make_envs(Args(**{**asdict(args), "capture_video": False}), 1, run_name, rank=0)
             load_agent(Agent(probe, args), ckpt, args.resume)  # parameters that do not fit: said before anything is written
             probe.close()
     except SystemExit as stop:
