@@ -6,18 +6,25 @@
 # 590.49 ± 171.09, ball_in_cup-catch 900.78 ± 5.26. A run whose log has its last iteration is not run again, so the
 # table can be completed over several sittings. Runs in requirements-dmc.txt's venv (README: The DeepMind Control Suite).
 # usage: bash benchmark/ppo_continuous_action_dmc.sh   (JOBS=1 for one run at a time; TASKS="..." for some of them;
-#        FALL=1 [FALL_SEEDS="1 2"]: cartpole-swingup with --no-norm-adv and with --no-norm-reward instead)
+#        FALL=1 [FALL_SEEDS="1 2 3"] [FALL_VARIANTS="target_kl_0.1 no_norm_reward no_norm_adv"]: cartpole-swingup
+#        with one setting changed instead)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python -c "import shimmy" 2>/dev/null || { echo "error: needs the venv of requirements-dmc.txt (dm-control, shimmy); see README.md" >&2; exit 1; }
 out=benchmark/results/ppo_continuous_action_dmc
-if [ -n "${FALL:-}" ]; then  # FALL=1: the fall after the peak (docs/continuous.md): cartpole-swingup without either normalization
-  for switch in norm-adv norm-reward; do
-    TAG=no_${switch/-/_} bash benchmark/run_many.sh ppo_continuous_action.py "${out}_fall" dm_control/cartpole-swingup-v0 "${FALL_SEEDS:-2}" \
-      --total-timesteps 1000000 --no-$switch --exp-name "ppo_continuous_action_no_${switch/-/_}" &
+if [ -n "${FALL:-}" ]; then  # FALL=1: the fall after the peak (docs/continuous.md): cartpole-swingup with one setting changed
+  for variant in ${FALL_VARIANTS:-target_kl_0.1 no_norm_reward no_norm_adv}; do
+    case $variant in
+      target_kl_*) flags=(--target-kl "${variant#target_kl_}") ;;
+      no_norm_reward) flags=(--no-norm-reward) ;;
+      no_norm_adv) flags=(--no-norm-adv) ;;
+      *) echo "error: unknown FALL_VARIANTS entry '$variant' (target_kl_X, no_norm_reward, no_norm_adv)" >&2; exit 1 ;;
+    esac
+    TAG=$variant bash benchmark/run_many.sh ppo_continuous_action.py "${out}_fall" dm_control/cartpole-swingup-v0 "${FALL_SEEDS:-1 2 3}" \
+      --total-timesteps 1000000 "${flags[@]}" --exp-name "ppo_continuous_action_$variant"
   done
-  wait
-  python benchmark/report.py "${out}_fall/runs" --title "cartpole-swingup, 1M steps, without one normalization" --out "${out}_fall/report"
+  python benchmark/report.py "${out}_fall/runs" "$out/runs" --env dm_control_cartpole-swingup-v0 --peaks \
+    --title "cartpole-swingup, 1M steps: the default and one setting changed" --out "${out}_fall/report"
   exit 0
 fi
 tasks=${TASKS:-"cartpole-swingup walker-walk cheetah-run reacher-easy finger-spin ball_in_cup-catch"}
@@ -25,5 +32,5 @@ ids=$(for t in $tasks; do printf 'dm_control/%s-v0 ' "$t"; done)
 bash benchmark/run_many.sh ppo_continuous_action.py "$out" "$ids" "1 2 3" --total-timesteps 1000000
 TAG=no_bootstrap bash benchmark/run_many.sh ppo_continuous_action.py "$out" "$ids" "${NO_BOOTSTRAP_SEEDS:-1}" --total-timesteps 1000000 \
   --no-bootstrap-truncation --exp-name ppo_continuous_action_no_bootstrap
-python benchmark/report.py "$out/runs" --title "DeepMind Control Suite, 1M steps" \
+python benchmark/report.py "$out/runs" --title "DeepMind Control Suite, 1M steps" --published --peaks \
   --compare ppo_continuous_action ppo_continuous_action_no_bootstrap --out "$out/report"

@@ -2,6 +2,7 @@
 
     python benchmark/report.py benchmark/results/ppo/runs --title "ppo.py" --out benchmark/results/ppo/report
     python benchmark/report.py benchmark/results/ppo_atari_1m_played/logs --out ... --compare ppo_atari ppo_atari__native
+    python benchmark/report.py DIR1 DIR2 --env dm_control_cartpole-swingup-v0 --peaks --out ...  (several folders, one env)
 
 Runs come from TensorBoard run directories, `{env_id}__{exp_name}__{seed}__{time}` (the scripts' and sweep.py's),
 or from the scripts' stdout logs, `{script}[__{tag}]__{env_id}__{seed}.log` (run_many.sh's and sweep.py's), grouped
@@ -63,6 +64,20 @@ NORMALIZATION = {
 NORMALIZATION.update({f"MemoryL{length}K{cues}-v0": (-1.0, 0.9) for length in (1, 3, 10, 30, 100, 300) for cues in (2, 4)})
 NORMALIZATION.update({f"{game}NoFrameskip-v4": bounds for game, bounds in ATARI.items()})
 NORMALIZATION.update({f"ALE/{game}-v5": bounds for game, bounds in ATARI.items()})
+# Published figures to print beside a table (--published): {env id: (mean, std, source)}. CleanRL's
+# ppo_continuous_action.py on the DeepMind Control Suite through Shimmy, 8M steps, 10 seeds (its benchmark docs).
+PUBLISHED = {
+    f"dm_control/{task}-v0": (mean, std, "CleanRL, 8M steps")
+    for task, mean, std in (
+        ("cartpole-swingup", 640.86, 11.44),
+        ("walker-walk", 392.51, 56.25),
+        ("cheetah-run", 432.56, 82.54),
+        ("reacher-easy", 626.28, 15.51),
+        ("finger-spin", 590.49, 171.09),
+        ("ball_in_cup-catch", 900.78, 5.26),
+    )
+}
+PUBLISHED.update({env_id.replace("/", "_"): figure for env_id, figure in PUBLISHED.items()})  # as run directories name them
 # rliable seeds arch's bootstraps with a RandomState, which arch 7 still takes (and warns it will not)
 warnings.filterwarnings("ignore", message="random_state is deprecated", category=FutureWarning)
 
@@ -72,6 +87,7 @@ def read_run(run_dir: Path) -> dict:
     tags = events.Tags()["scalars"]
     returns = events.Scalars("charts/episodic_return") if "charts/episodic_return" in tags else []
     sps = events.Scalars("charts/SPS") if "charts/SPS" in tags else []
+    kls = [e.value for e in events.Scalars("losses/approx_kl")] if "losses/approx_kl" in tags else []
     walls = [e.wall_time for tag in tags for e in events.Scalars(tag)]
     iteration_steps = np.array([e.step for e in sps])  # SPS is logged once per iteration, at its last step
     steps, values = np.array([e.step for e in returns]), np.array([e.value for e in returns])
@@ -86,6 +102,7 @@ def read_run(run_dir: Path) -> dict:
         "wall": max(walls) - min(walls) if walls else float("nan"),
         "last_step": int(iteration_steps.max()) if sps else 0,
         "iteration_steps": iteration_steps,
+        "max_kl": max(kls) if kls else float("nan"),
     }
 
 
@@ -206,7 +223,7 @@ def success_rate(run: dict):
     return float(np.mean(returns[-100:] == 1))
 
 
-def table(groups: dict, threshold=None, reps: int = 5000, seed: int = 0, success: bool = False) -> str:
+def table(groups: dict, threshold=None, reps: int = 5000, seed: int = 0, success: bool = False, published: bool = False) -> str:
     iqms = group_iqms(groups, reps, seed)
     head = "| env | experiment | seeds | steps | IQM [95% CI] | mean ± std | wall time (min) | SPS |"
     rule = "|---|---|---|---|---|---|---|---|"
@@ -217,6 +234,9 @@ def table(groups: dict, threshold=None, reps: int = 5000, seed: int = 0, success
         rule += "---|"
     if success:
         head += " success, last 100 episodes (%) |"
+        rule += "---|"
+    if published:
+        head += " published: mean ± std (source) |"
         rule += "---|"
     lines = [head, rule]
     for (env_id, exp_name), runs in sorted(groups.items()):
@@ -241,7 +261,52 @@ def table(groups: dict, threshold=None, reps: int = 5000, seed: int = 0, success
         if success:
             rates = [success_rate(run) for run in runs.values()]
             line += " " + ("n/a" if None in rates else ", ".join(f"{100 * r:.0f}" for r in rates)) + " |"
+        if published:
+            figure = PUBLISHED.get(env_id)
+            line += " n/a |" if figure is None else f" {figure[0]:.2f} ± {figure[1]:.2f} ({figure[2]}) |"
         lines.append(line)
+    return "\n".join(lines)
+
+
+def peak(run: dict, window: int = 100) -> tuple:
+    """(the highest mean of `window` consecutive episodes, the step of its last episode); from a log, the highest
+    mean the script printed and its step."""
+    returns = run.get("returns")
+    if returns is not None and len(returns) >= window:
+        means = np.convolve(returns, np.ones(window) / window, mode="valid")
+        k = int(np.argmax(means))
+        return float(means[k]), int(run["steps"][k + window - 1])
+    steps, means = run["curve"]
+    k = int(np.argmax(means))
+    return float(means[k]), int(steps[k])
+
+
+def peaks_table(groups: dict) -> str:
+    """Per run: its score (the last 100), its peak (the best 100 in a row), the end over the peak, the drop in standard
+    errors of the end (the last 100's standard deviation over 10: how far noise alone carries a peak picked from
+    hundreds of windows), and the largest approximate KL an update logged (losses/approx_kl, the mean over its minibatches)."""
+    lines = [
+        "| env | experiment | seed | end (last 100) | peak (100 in a row) | peak's step | end / peak | drop in standard errors | largest update KL |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for (env_id, exp_name), runs in sorted(groups.items()):
+        for seed, run in sorted(runs.items()):
+            top, step = peak(run)
+            kl = run.get("max_kl", float("nan"))
+            returns = run.get("returns")
+            error = np.std(returns[-100:]) / np.sqrt(len(returns[-100:])) if returns is not None and len(returns) else float("nan")
+            drop = (
+                "n/a"
+                if np.isnan(error)
+                else "inf"
+                if error == 0 and top > run["final"]
+                else f"{(top - run['final']) / max(error, 1e-12):.1f}"
+            )
+            lines.append(
+                f"| {env_id} | {exp_name} | {seed} | {run['final']:.2f} | {top:.2f} | {step:,} | {run['final'] / top:.3f} | {drop} | "
+                + ("n/a" if np.isnan(kl) else f"{kl:.3f}")
+                + " |"
+            )
     return "\n".join(lines)
 
 
@@ -334,7 +399,8 @@ def plot(groups: dict, title: str, path: Path, reps: int = 2000, seed: int = 0):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("runs_dir", type=Path, help="a folder of run directories or run logs, searched at any depth")
+    parser.add_argument("runs_dir", type=Path, nargs="+", help="folders of run directories or run logs, searched at any depth")
+    parser.add_argument("--env", action="append", default=None, help="only this env id, as the runs name it (repeatable)")
     parser.add_argument("--title", default="")
     parser.add_argument("--out", type=Path, required=True, help="prefix of the .md and .png written")
     parser.add_argument(
@@ -342,6 +408,8 @@ def main():
     )
     parser.add_argument("--success", action="store_true", help="add the success rate on tasks whose episodes return +1 or -1")
     parser.add_argument("--at", default=None, help="comma-separated steps: add each run's mean of the last 100 there")
+    parser.add_argument("--published", action="store_true", help="add the published figures of PUBLISHED beside each task")
+    parser.add_argument("--peaks", action="store_true", help="add each run's peak, its end over the peak, and its largest update KL")
     parser.add_argument("--compare", nargs=2, metavar=("A", "B"), default=None, help="P(experiment A improves on B)")
     parser.add_argument("--reps", type=int, default=5000, help="bootstrap resamples (curves: 2,000)")
     parser.add_argument("--seed", type=int, default=0, help="the bootstraps' random seed")
@@ -351,15 +419,22 @@ def main():
             float(args.threshold)
         except ValueError:
             raise SystemExit(f"error: --threshold takes a number or `solved`, not {args.threshold!r}") from None
-    groups = collect(args.runs_dir)
+    groups = defaultdict(dict)
+    for runs_dir in args.runs_dir:  # one group's runs may lie in several folders
+        for key, runs in collect(runs_dir).items():
+            if args.env is None or key[0] in args.env:
+                groups[key].update(runs)
     if not groups:
-        raise SystemExit(f"error: no runs with episodes under {args.runs_dir}")
-    markdown = f"### {args.title}\n\n{table(groups, args.threshold, args.reps, args.seed, args.success)}\n"
+        where = ", ".join(map(str, args.runs_dir)) + (f" for {', '.join(args.env)}" if args.env else "")
+        raise SystemExit(f"error: no runs with episodes under {where}")
+    markdown = f"### {args.title}\n\n{table(groups, args.threshold, args.reps, args.seed, args.success, args.published)}\n"
     scores = normalized(groups)
     if scores:
         markdown += f"\nNormalized scores over tasks (report.py's NORMALIZATION):\n\n{aggregate_table(scores, args.reps, args.seed)}\n"
     if args.compare:
         markdown += f"\n{compare(groups, *args.compare, args.reps, args.seed)}\n"
+    if args.peaks:
+        markdown += f"\nEach run's peak (the best mean of 100 episodes in a row) and its end:\n\n{peaks_table(groups)}\n"
     if args.at:
         at = [int(float(s)) for s in args.at.split(",")]
         markdown += f"\nMean of the last 100 episodes at the end of the first iteration at or past each step:\n\n{table_at(groups, at)}\n"

@@ -88,3 +88,36 @@ def test_solved_threshold_and_success_rate_on_known_numbers():
         [sys.executable, str(ROOT / "benchmark" / "report.py"), ".", "--out", "x", "--threshold", "high"], capture_output=True, text=True
     )
     assert result.returncode == 1 and result.stderr.strip() == "error: --threshold takes a number or `solved`, not 'high'"
+
+
+def test_peaks_and_published_figures_on_known_numbers():
+    """--peaks: a run's best 100 episodes in a row, the step of the last of them, the end over the peak and the
+    largest logged update KL; --published: the figure of PUBLISHED beside a task that has one, n/a elsewhere."""
+    steps = np.arange(1, 301) * 1000
+    rise_fall = np.r_[np.zeros(100), np.full(100, 800.0), np.tile([300.0, 500.0], 50)]  # peaks at 800 (episodes 101-200), ends at 400
+
+    def fake(returns, max_kl):
+        return {
+            "steps": steps,
+            "returns": returns,
+            "final": float(np.mean(returns[-100:])),
+            "sps": 1.0,
+            "wall": 60.0,
+            "last_step": 300000,
+            "max_kl": max_kl,
+        }
+
+    assert report.peak(fake(rise_fall, 0.5)) == (800.0, 200000)
+    assert report.peak({"curve": (np.array([10, 20, 30]), np.array([1.0, 3.0, 2.0]))}) == (3.0, 20)  # from a log
+    groups = {
+        ("dm_control_cartpole-swingup-v0", "ppo_continuous_action"): {2: fake(rise_fall, 0.464)},
+        ("Pendulum-v1", "x"): {1: fake(rise_fall, np.nan)},
+    }
+    rows = report.peaks_table(groups).splitlines()
+    # the last 100: 300 and 500 in turn, standard deviation 100, standard error 10: the peak is 40 of them above the end
+    assert rows[2] == "| Pendulum-v1 | x | 1 | 400.00 | 800.00 | 200,000 | 0.500 | 40.0 | n/a |"
+    assert rows[3] == "| dm_control_cartpole-swingup-v0 | ppo_continuous_action | 2 | 400.00 | 800.00 | 200,000 | 0.500 | 40.0 | 0.464 |"
+    lines = report.table(groups, None, 100, 0, published=True).splitlines()
+    assert lines[0].endswith("| published: mean ± std (source) |")
+    assert lines[2].endswith("| n/a |") and lines[3].endswith("| 640.86 ± 11.44 (CleanRL, 8M steps) |")
+    assert report.PUBLISHED["dm_control/cartpole-swingup-v0"] == report.PUBLISHED["dm_control_cartpole-swingup-v0"]
