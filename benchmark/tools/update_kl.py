@@ -3,7 +3,8 @@ step of each iteration asked for, then replays that iteration's update (the scri
 minibatch order) once as the script runs it and once per --target-kl value, and prints, for each: the minibatch steps
 taken, the approximate KL of the whole batch after the update (mean and max over the rows), and the largest change of
 the action mean the env sees (clipped to the action bounds), by how far into its episode a row is. The first line of
-each iteration checks the replay against the run: the mean of the per-minibatch approx KL, as TensorBoard logs it.
+each iteration checks the replay against the run (the mean of the per-minibatch approx KL, as TensorBoard logs it)
+and gives the batch's advantages' std, the median gradient norm before --max-grad-norm clips it, and the policy's std.
 CPU runs are deterministic, so this is the run's own update (docs/continuous.md, the fall after the peak).
 
     python benchmark/tools/update_kl.py --iterations 184 185 --target-kl 0.1 0.05 -- \\
@@ -67,7 +68,7 @@ def replay(g: dict, target_kl) -> dict:
     optimizer.load_state_dict(copy.deepcopy(g["optimizer"].state_dict()))  # load_state_dict keeps CPU tensors, not copies
     rng, b_inds, epoch_inds = np.random.get_state(), g["b_inds"].copy(), g["epoch_inds"]
     np.random.set_state(g["rng"])
-    kls, steps = [], 0
+    kls, norms, steps = [], [], 0
     for epoch in range(args.update_epochs):
         if epoch:
             np.random.shuffle(b_inds)
@@ -79,6 +80,7 @@ def replay(g: dict, target_kl) -> dict:
             if stats is None:
                 break
             kls.append(stats[4].item())
+            norms.append(stats[7].item())  # the gradient's norm before --max-grad-norm clips it
             steps += 1
         else:
             continue
@@ -91,7 +93,7 @@ def replay(g: dict, target_kl) -> dict:
         kl = (logratio.exp() - 1) - logratio
         low, high = (torch.as_tensor(x) for x in (g["envs"].single_action_space.low, g["envs"].single_action_space.high))
         shift = (agent.actor(b_obs).clamp(low, high) - old.actor(b_obs).clamp(low, high)).abs().amax(-1)
-    return {"steps": steps, "mean_kl": np.mean(kls), "kl": kl, "shift": shift, "agent": agent}
+    return {"steps": steps, "mean_kl": np.mean(kls), "grad_norm": np.median(norms), "kl": kl, "shift": shift, "agent": agent}
 
 
 def main():
@@ -121,7 +123,12 @@ def main():
             )
             print(
                 f"| {iteration} | {target_kl if target_kl is not None else 'none'} | {r['steps']} | {r['kl'].mean():.4f} | {r['kl'].max():.2f} | {phases} |"
-                + (f" logged approx_kl {r['mean_kl']:.4f}" if target_kl is None else "")
+                + (
+                    f" approx_kl as logged {r['mean_kl']:.4f}; the advantages' std {g['batch'][3].std():.4f}; the gradient's"
+                    f" norm before clipping, median {r['grad_norm']:.2f}; the policy's std {g['agent'].actor_logstd.exp().tolist()}"
+                    if target_kl is None
+                    else ""
+                )
             )
 
 
