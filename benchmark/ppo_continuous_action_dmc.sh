@@ -6,14 +6,14 @@
 # 590.49 ± 171.09, ball_in_cup-catch 900.78 ± 5.26. A run whose log has its last iteration is not run again, so the
 # table can be completed over several sittings. Runs in requirements-dmc.txt's venv (README: The DeepMind Control Suite).
 # usage: bash benchmark/ppo_continuous_action_dmc.sh   (JOBS=1 for one run at a time; TASKS="..." for some of them;
-#        FALL=1 [FALL_SEEDS="1 2 3"] [FALL_VARIANTS="target_kl_0.1 no_norm_reward no_norm_adv"]: cartpole-swingup
+#        FALL=1 [FALL_SEEDS="1 2 3"] [FALL_VARIANTS="target_kl_0.1", or no_norm_reward, no_norm_adv]: cartpole-swingup
 #        with one setting changed instead)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python -c "import shimmy" 2>/dev/null || { echo "error: needs the venv of requirements-dmc.txt (dm-control, shimmy); see README.md" >&2; exit 1; }
 out=benchmark/results/ppo_continuous_action_dmc
 if [ -n "${FALL:-}" ]; then  # FALL=1: the fall after the peak (docs/continuous.md): cartpole-swingup with one setting changed
-  for variant in ${FALL_VARIANTS:-target_kl_0.1 no_norm_reward no_norm_adv}; do
+  for variant in ${FALL_VARIANTS:-target_kl_0.1}; do
     case $variant in
       target_kl_*) flags=(--target-kl "${variant#target_kl_}") ;;
       no_norm_reward) flags=(--no-norm-reward) ;;
