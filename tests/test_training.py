@@ -159,11 +159,16 @@ def test_ipython_run_leaves_the_namespace(script, tmp_path, monkeypatch):
     assert all(name in shell.user_ns for name in names)
     assert shell.user_ns["iteration"] == 2
 
-    # a real SIGINT: the script exits with status 130 (SystemExit, which IPython shows in one line), the namespace stays
+    # a real SIGINT: the script exits with status 130 (SystemExit, which IPython shows in one line), the namespace stays.
+    # As in a terminal: a shell's background job (`.ci/run &`) starts with SIGINT ignored, which the script respects.
     shell.user_ns.clear()
     monkeypatch.undo()
     monkeypatch.chdir(tmp_path)
     interrupt_at_call(monkeypatch, STEP_CLASS[script], STEP_METHOD[script], 16 + 7, real_signal=True)
-    shell.run_line_magic("run", argv)
+    sigint = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        shell.run_line_magic("run", argv)
+    finally:
+        signal.signal(signal.SIGINT, sigint)
     assert all(name in shell.user_ns for name in names)
     assert shell.user_ns["iteration"] == 2 and shell.user_ns["interrupted"] == [signal.SIGINT]
