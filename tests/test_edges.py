@@ -46,6 +46,11 @@ def written(run_dir) -> list:
     return sorted(p.name for p in run_dir.iterdir()) if run_dir.exists() else []
 
 
+def settled(run_dir) -> list:
+    """written(run_dir) but the checkpoint a running run is writing at that moment (`ppo.pt.tmp`, renamed once synced)."""
+    return [name for name in written(run_dir) if name != "ppo.pt.tmp"]
+
+
 def test_a_full_disk_stops_in_one_line_keeps_the_last_checkpoint_and_resumes_once_freed(tmp_path):
     with tmpfs(tmp_path / "disk", "300k") as disk:
         run_dir = disk / "run"
@@ -127,12 +132,12 @@ def test_two_runs_in_one_run_dir_the_second_is_refused_until_the_first_is_gone(t
     first = start("ppo.py", argv, tmp_path / "a")
     try:
         wait_for(first, "iter 2/")
-        before = written(run_dir)
+        before = settled(run_dir)
         second = cli("ppo.py", *argv, cwd=tmp_path)
         assert one_line_error(second) == (
             f"error: --run-dir '{run_dir}' is in use by the run of process {first.pid}; let it finish (or stop it), or pass another --run-dir"
         )
-        assert second.stdout == "" and written(run_dir) == before  # nothing written by the second
+        assert second.stdout == "" and settled(run_dir) == before  # nothing written by the second
     finally:
         first.kill()  # SIGKILL: no clean-up, and the lock dies with the process
         first.communicate(timeout=60)
