@@ -82,6 +82,11 @@ PUBLISHED.update({env_id.replace("/", "_"): figure for env_id, figure in PUBLISH
 warnings.filterwarnings("ignore", message="random_state is deprecated", category=FutureWarning)
 
 
+def learning_curve(steps: np.ndarray, returns: np.ndarray) -> tuple:
+    """(steps, the mean of the last (up to) 100 episodes at each logged episode)."""
+    return steps, np.array([returns[max(0, i - 99) : i + 1].mean() for i in range(len(returns))])
+
+
 def read_run(run_dir: Path) -> dict:
     events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0}).Reload()
     tags = events.Tags()["scalars"]
@@ -91,13 +96,11 @@ def read_run(run_dir: Path) -> dict:
     walls = [e.wall_time for tag in tags for e in events.Scalars(tag)]
     iteration_steps = np.array([e.step for e in sps])  # SPS is logged once per iteration, at its last step
     steps, values = np.array([e.step for e in returns]), np.array([e.value for e in returns])
-    # the mean of the last (up to) 100 episodes at each logged episode: the learning curve
-    smooth = np.array([values[max(0, i - 99) : i + 1].mean() for i in range(len(values))])
     return {
         "steps": steps,
         "returns": values,
         "final": float(np.mean(values[-100:])) if len(values) else float("nan"),
-        "curve": (steps, smooth),
+        "curve": learning_curve(steps, values),
         "sps": sps[-1].value if sps else float("nan"),
         "wall": max(walls) - min(walls) if walls else float("nan"),
         "last_step": int(iteration_steps.max()) if sps else 0,
@@ -268,15 +271,12 @@ def table(groups: dict, threshold=None, reps: int = 5000, seed: int = 0, success
     return "\n".join(lines)
 
 
-def peak(run: dict, window: int = 100) -> tuple:
-    """(the highest mean of `window` consecutive episodes, the step of its last episode); from a log, the highest
-    mean the script printed and its step."""
-    returns = run.get("returns")
-    if returns is not None and len(returns) >= window:
-        means = np.convolve(returns, np.ones(window) / window, mode="valid")
-        k = int(np.argmax(means))
-        return float(means[k]), int(run["steps"][k + window - 1])
+def peak(run: dict) -> tuple:
+    """(the highest mean of 100 episodes in a row, the step of the last of them): the learning curve's top, where its
+    window is whole (from a log, where the script printed it)."""
     steps, means = run["curve"]
+    if len(run.get("returns", ())) >= 100:  # the curve's first 99 points average fewer episodes
+        steps, means = steps[99:], means[99:]
     k = int(np.argmax(means))
     return float(means[k]), int(steps[k])
 

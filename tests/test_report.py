@@ -12,6 +12,18 @@ sys.path.insert(0, str(ROOT / "benchmark"))
 import report  # noqa: E402
 
 
+def fake_run(steps: np.ndarray, returns: np.ndarray) -> dict:
+    """What read_run gives for episodes ending at `steps` with `returns`, its timing made up."""
+    return {
+        "steps": steps,
+        "returns": returns,
+        "final": float(np.mean(returns[-100:])),
+        "sps": 1.0,
+        "wall": 60.0,
+        "last_step": int(steps[-1]),
+    }
+
+
 def test_first_step_reaching():
     run_data = {"steps": np.arange(1, 201) * 10, "returns": np.r_[np.zeros(100), np.ones(100) * 500]}
     # the mean of the last 100 episodes reaches 250 once 50 of them score 500: the 150th episode
@@ -65,7 +77,7 @@ def test_solved_threshold_and_success_rate_on_known_numbers():
     steps = np.arange(1, 201) * 10
 
     def fake(returns):
-        return {"steps": steps, "returns": returns, "final": float(np.mean(returns[-100:])), "sps": 1.0, "wall": 60.0, "last_step": 2000}
+        return fake_run(steps, returns)
 
     half = np.r_[-np.ones(100), np.tile([1.0, -1.0], 50)]  # the last 100: 50% right, mean 0
     learned = np.r_[-np.ones(100), np.ones(100)]  # the last 100 all right; its mean reaches 0.9 at the 195th episode
@@ -97,15 +109,7 @@ def test_peaks_and_published_figures_on_known_numbers():
     rise_fall = np.r_[np.zeros(100), np.full(100, 800.0), np.tile([300.0, 500.0], 50)]  # peaks at 800 (episodes 101-200), ends at 400
 
     def fake(returns, max_kl):
-        return {
-            "steps": steps,
-            "returns": returns,
-            "final": float(np.mean(returns[-100:])),
-            "sps": 1.0,
-            "wall": 60.0,
-            "last_step": 300000,
-            "max_kl": max_kl,
-        }
+        return {**fake_run(steps, returns), "curve": report.learning_curve(steps, returns), "max_kl": max_kl}
 
     assert report.peak(fake(rise_fall, 0.5)) == (800.0, 200000)
     assert report.peak({"curve": (np.array([10, 20, 30]), np.array([1.0, 3.0, 2.0]))}) == (3.0, 20)  # from a log
