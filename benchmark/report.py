@@ -293,17 +293,11 @@ def peaks_table(groups: dict) -> str:
         for seed, run in sorted(runs.items()):
             top, step = peak(run)
             kl = run.get("max_kl", float("nan"))
-            returns = run.get("returns")
-            error = np.std(returns[-100:]) / np.sqrt(len(returns[-100:])) if returns is not None and len(returns) else float("nan")
-            drop = (
-                "n/a"
-                if np.isnan(error)
-                else "inf"
-                if error == 0 and top > run["final"]
-                else f"{(top - run['final']) / max(error, 1e-12):.1f}"
-            )
+            returns = run.get("returns", np.array([np.nan]))[-100:]  # from a log: no episodes, n/a
+            with np.errstate(divide="ignore", invalid="ignore"):
+                drop = (top - run["final"]) / (np.std(returns) / np.sqrt(len(returns)))
             lines.append(
-                f"| {env_id} | {exp_name} | {seed} | {run['final']:.2f} | {top:.2f} | {step:,} | {run['final'] / top:.3f} | {drop} | "
+                f"| {env_id} | {exp_name} | {seed} | {run['final']:.2f} | {top:.2f} | {step:,} | {run['final'] / top:.3f} | {'n/a' if np.isnan(drop) else f'{drop:.1f}'} | "
                 + ("n/a" if np.isnan(kl) else f"{kl:.3f}")
                 + " |"
             )
