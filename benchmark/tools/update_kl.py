@@ -43,8 +43,8 @@ def run_to(iterations: list, argv: list, cwd: Path = ROOT / "runs" / "update_kl"
     def snapshot(self, *args, **kwargs):
         g = caller_globals()
         if g["iteration"] in iterations and g["iteration"] not in snapshots:
-            keep = ("args", "agent", "optimizer", "batch", "b_inds", "epoch_inds", "dones", "envs", "update_minibatch")
-            snapshots[g["iteration"]] = {k: g[k] if k in ("envs", "update_minibatch") else copy.deepcopy(g[k]) for k in keep}
+            keep = ("args", "agent", "optimizer", "batch", "b_inds", "epoch_inds", "dones", "envs", "make_update")
+            snapshots[g["iteration"]] = {k: g[k] if k in ("envs", "make_update") else copy.deepcopy(g[k]) for k in keep}
             snapshots[g["iteration"]]["rng"] = np.random.get_state()
             if g["iteration"] == max(iterations):
                 raise KeyboardInterrupt
@@ -64,7 +64,7 @@ def replay(g: dict, target_kl) -> dict:
     args = copy.copy(g["args"])
     args.target_kl = target_kl
     agent, old = copy.deepcopy(g["agent"]), copy.deepcopy(g["agent"])
-    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, foreach=True)
+    optimizer, _, update_minibatch = g["make_update"](args, agent, torch.device("cpu"))  # the script's own, as on the CPU
     optimizer.load_state_dict(copy.deepcopy(g["optimizer"].state_dict()))  # load_state_dict keeps CPU tensors, not copies
     rng, b_inds, epoch_inds = np.random.get_state(), g["b_inds"].copy(), g["epoch_inds"]
     np.random.set_state(g["rng"])
@@ -74,9 +74,7 @@ def replay(g: dict, target_kl) -> dict:
             np.random.shuffle(b_inds)
             epoch_inds = torch.as_tensor(b_inds)
         for start in range(0, args.batch_size, args.minibatch_size):
-            stats = g["update_minibatch"](
-                args, agent, optimizer, tuple(b[epoch_inds[start : start + args.minibatch_size]] for b in g["batch"])
-            )
+            stats = update_minibatch(args, agent, optimizer, tuple(b[epoch_inds[start : start + args.minibatch_size]] for b in g["batch"]))
             if stats is None:
                 break
             kls.append(stats[4].item())
