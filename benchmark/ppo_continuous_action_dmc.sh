@@ -6,13 +6,16 @@
 # 590.49 ± 171.09, ball_in_cup-catch 900.78 ± 5.26. A run whose log has its last iteration is not run again, so the
 # table can be completed over several sittings. Runs in requirements-dmc.txt's venv (README: The DeepMind Control Suite).
 # usage: bash benchmark/ppo_continuous_action_dmc.sh   (JOBS=1 for one run at a time; TASKS="..." for some of them;
-#        FALL=1 [FALL_SEEDS="1 2 3"] [FALL_VARIANTS="target_kl_0.1", or no_norm_reward, no_norm_adv]: cartpole-swingup
-#        with one setting changed instead)
+#        FALL=1 [FALL_SEEDS="1 2 3"] [FALL_VARIANTS="target_kl_0.1", or no_norm_reward, no_norm_adv]: one setting
+#        changed instead, on cartpole-swingup or on TASKS)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+all_tasks="cartpole-swingup walker-walk cheetah-run reacher-easy finger-spin ball_in_cup-catch"
 python -c "import shimmy" 2>/dev/null || { echo "error: needs the venv of requirements-dmc.txt (dm-control, shimmy); see README.md" >&2; exit 1; }
 out=benchmark/results/ppo_continuous_action_dmc
-if [ -n "${FALL:-}" ]; then  # FALL=1: the fall after the peak (docs/continuous.md): cartpole-swingup with one setting changed
+if [ -n "${FALL:-}" ]; then  # FALL=1: the fall after the peak (docs/continuous.md): one setting changed
+  ids=$(for t in ${TASKS:-cartpole-swingup}; do printf 'dm_control/%s-v0 ' "$t"; done)
+  envs=$(for t in ${TASKS:-cartpole-swingup}; do printf -- '--env dm_control_%s-v0 ' "$t"; done)
   for variant in ${FALL_VARIANTS:-target_kl_0.1}; do
     case $variant in
       target_kl_*) flags=(--target-kl "${variant#target_kl_}") ;;
@@ -20,14 +23,15 @@ if [ -n "${FALL:-}" ]; then  # FALL=1: the fall after the peak (docs/continuous.
       no_norm_adv) flags=(--no-norm-adv) ;;
       *) echo "error: unknown FALL_VARIANTS entry '$variant' (target_kl_X, no_norm_reward, no_norm_adv)" >&2; exit 1 ;;
     esac
-    TAG=$variant bash benchmark/run_many.sh ppo_continuous_action.py "${out}_fall" dm_control/cartpole-swingup-v0 "${FALL_SEEDS:-1 2 3}" \
+    TAG=$variant bash benchmark/run_many.sh ppo_continuous_action.py "${out}_fall" "$ids" "${FALL_SEEDS:-1 2 3}" \
       --total-timesteps 1000000 "${flags[@]}" --exp-name "ppo_continuous_action_$variant"
   done
-  python benchmark/report.py "${out}_fall/runs" "$out/runs" --env dm_control_cartpole-swingup-v0 --peaks \
-    --title "cartpole-swingup, 1M steps: the default and one setting changed" --out "${out}_fall/report"
+  # shellcheck disable=SC2086
+  python benchmark/report.py "${out}_fall/runs" "$out/runs" $envs --peaks --published \
+    --title "DeepMind Control Suite, 1M steps: the default and one setting changed" --out "${out}_fall/report"
   exit 0
 fi
-tasks=${TASKS:-"cartpole-swingup walker-walk cheetah-run reacher-easy finger-spin ball_in_cup-catch"}
+tasks=${TASKS:-$all_tasks}
 ids=$(for t in $tasks; do printf 'dm_control/%s-v0 ' "$t"; done)
 bash benchmark/run_many.sh ppo_continuous_action.py "$out" "$ids" "1 2 3" --total-timesteps 1000000
 TAG=no_bootstrap bash benchmark/run_many.sh ppo_continuous_action.py "$out" "$ids" "${NO_BOOTSTRAP_SEEDS:-1}" --total-timesteps 1000000 \
