@@ -12,7 +12,7 @@ if [ -n "${TARGET_KL:-}" ]; then
   exp=ppo_continuous_action_target_kl_$TARGET_KL
   TAG=target_kl_$TARGET_KL bash benchmark/run_many.sh ppo_continuous_action.py "${out}_target_kl" "HalfCheetah-v5 Hopper-v5 Walker2d-v5" "1 2 3" \
     --total-timesteps 1000000 --target-kl "$TARGET_KL" --exp-name "$exp"
-  python benchmark/report.py "${out}_target_kl" "$out/logs" --peaks --title "MuJoCo v5, 1M steps: the default and --target-kl $TARGET_KL" \
+  python benchmark/report.py "${out}_target_kl/runs" "$out/logs" --peaks --title "MuJoCo v5, 1M steps: the default and --target-kl $TARGET_KL" \
     --compare "$exp" ppo_continuous_action --out "${out}_target_kl/report"
   exit 0
 fi
