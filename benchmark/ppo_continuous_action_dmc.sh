@@ -10,12 +10,13 @@
 #        changed instead, on cartpole-swingup or on TASKS)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-all_tasks="cartpole-swingup walker-walk cheetah-run reacher-easy finger-spin ball_in_cup-catch"
 python -c "import shimmy" 2>/dev/null || { echo "error: needs the venv of requirements-dmc.txt (dm-control, shimmy); see README.md" >&2; exit 1; }
 out=benchmark/results/ppo_continuous_action_dmc
+tasks=${TASKS:-"cartpole-swingup walker-walk cheetah-run reacher-easy finger-spin ball_in_cup-catch"}
+[ -n "${FALL:-}" ] && tasks=${TASKS:-cartpole-swingup}
+ids=$(for t in $tasks; do printf 'dm_control/%s-v0 ' "$t"; done)
 if [ -n "${FALL:-}" ]; then  # FALL=1: the fall after the peak (docs/continuous.md): one setting changed
-  ids=$(for t in ${TASKS:-cartpole-swingup}; do printf 'dm_control/%s-v0 ' "$t"; done)
-  envs=$(for t in ${TASKS:-cartpole-swingup}; do printf -- '--env dm_control_%s-v0 ' "$t"; done)
+  envs=$(for t in $tasks; do printf -- '--env dm_control_%s-v0 ' "$t"; done)
   for variant in ${FALL_VARIANTS:-target_kl_0.1}; do
     case $variant in
       target_kl_*) flags=(--target-kl "${variant#target_kl_}") ;;
@@ -31,8 +32,6 @@ if [ -n "${FALL:-}" ]; then  # FALL=1: the fall after the peak (docs/continuous.
     --title "DeepMind Control Suite, 1M steps: the default and one setting changed" --out "${out}_fall/report"
   exit 0
 fi
-tasks=${TASKS:-$all_tasks}
-ids=$(for t in $tasks; do printf 'dm_control/%s-v0 ' "$t"; done)
 bash benchmark/run_many.sh ppo_continuous_action.py "$out" "$ids" "1 2 3" --total-timesteps 1000000
 TAG=no_bootstrap bash benchmark/run_many.sh ppo_continuous_action.py "$out" "$ids" "${NO_BOOTSTRAP_SEEDS:-1}" --total-timesteps 1000000 \
   --no-bootstrap-truncation --exp-name ppo_continuous_action_no_bootstrap
