@@ -3,17 +3,21 @@
 # as termination (the old behaviour, exp name ppo_continuous_action_no_bootstrap; seeds 1-3, or
 # NO_BOOTSTRAP_SEEDS="1" for one); one report for all, with P(bootstrap improves on no bootstrap).
 # usage: bash benchmark/ppo_continuous_action.sh   (JOBS=1 for one run at a time; about 80 minutes on 2 cores)
-#        TARGET_KL=0.1: instead, the three tasks, seeds 1-3, with --target-kl 0.1, in ppo_continuous_action_target_kl,
-#        one report with P(it improves on the default)
+#        VARIANT=ent_coef_0.01 (benchmark/variant.sh; TARGET_KL=X for target_kl_X): instead, the three tasks, seeds 1-3,
+#        with that setting (--ent-coef 0.01), in results/ppo_continuous_action_ent_coef/, one report with P(it improves
+#        on the default)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. benchmark/variant.sh
 out=benchmark/results/ppo_continuous_action
-if [ -n "${TARGET_KL:-}" ]; then
-  exp=ppo_continuous_action_target_kl_$TARGET_KL
-  TAG=target_kl_$TARGET_KL bash benchmark/run_many.sh ppo_continuous_action.py "${out}_target_kl" "HalfCheetah-v5 Hopper-v5 Walker2d-v5" "1 2 3" \
-    --total-timesteps 1000000 --target-kl "$TARGET_KL" --exp-name "$exp"
-  python benchmark/report.py "${out}_target_kl/runs" "$out/logs" --peaks --title "MuJoCo v5, 1M steps: the default and --target-kl $TARGET_KL" \
-    --compare "$exp" ppo_continuous_action --out "${out}_target_kl/report"
+variant=${VARIANT:-${TARGET_KL:+target_kl_$TARGET_KL}}
+if [ -n "$variant" ]; then
+  variant_flags "$variant"
+  exp=ppo_continuous_action_$variant dir=${out}_${variant%_[0-9]*}
+  TAG=$variant bash benchmark/run_many.sh ppo_continuous_action.py "$dir" "HalfCheetah-v5 Hopper-v5 Walker2d-v5" "1 2 3" \
+    --total-timesteps 1000000 "${flags[@]}" --exp-name "$exp"
+  python benchmark/report.py "$dir/runs" "$out/logs" --peaks --title "MuJoCo v5, 1M steps: the default and ${flags[*]}" \
+    --compare "$exp" ppo_continuous_action --out "$dir/report"
   exit 0
 fi
 bash benchmark/run_many.sh ppo_continuous_action.py "$out" "HalfCheetah-v5 Hopper-v5 Walker2d-v5" "1 2 3" --total-timesteps 1000000 --save-model

@@ -6,10 +6,11 @@
 # 590.49 ± 171.09, ball_in_cup-catch 900.78 ± 5.26. A run whose log has its last iteration is not run again, so the
 # table can be completed over several sittings. Runs in requirements-dmc.txt's venv (README: The DeepMind Control Suite).
 # usage: bash benchmark/ppo_continuous_action_dmc.sh   (JOBS=1 for one run at a time; TASKS="..." for some of them;
-#        FALL=1 [FALL_SEEDS="1 2 3"] [FALL_VARIANTS="target_kl_0.1", or no_norm_reward, no_norm_adv]: one setting
-#        changed instead, on cartpole-swingup or on TASKS)
+#        FALL=1 [FALL_SEEDS="1 2 3"] [FALL_VARIANTS="target_kl_0.1"; any NAME_VALUE such as ent_coef_0.01, or no_FLAG
+#        such as no_norm_reward]: one setting changed instead, on cartpole-swingup or on TASKS)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. benchmark/variant.sh
 python -c "import shimmy" 2>/dev/null || { echo "error: needs the venv of requirements-dmc.txt (dm-control, shimmy); see README.md" >&2; exit 1; }
 out=benchmark/results/ppo_continuous_action_dmc
 tasks=${TASKS:-"cartpole-swingup walker-walk cheetah-run reacher-easy finger-spin ball_in_cup-catch"}
@@ -18,12 +19,7 @@ ids=$(for t in $tasks; do printf 'dm_control/%s-v0 ' "$t"; done)
 if [ -n "${FALL:-}" ]; then  # FALL=1: the fall after the peak (docs/continuous.md): one setting changed
   envs=$(for t in $tasks; do printf -- '--env dm_control_%s-v0 ' "$t"; done)
   for variant in ${FALL_VARIANTS:-target_kl_0.1}; do
-    case $variant in
-      target_kl_*) flags=(--target-kl "${variant#target_kl_}") ;;
-      no_norm_reward) flags=(--no-norm-reward) ;;
-      no_norm_adv) flags=(--no-norm-adv) ;;
-      *) echo "error: unknown FALL_VARIANTS entry '$variant' (target_kl_X, no_norm_reward, no_norm_adv)" >&2; exit 1 ;;
-    esac
+    variant_flags "$variant"
     TAG=$variant bash benchmark/run_many.sh ppo_continuous_action.py "${out}_fall" "$ids" "${FALL_SEEDS:-1 2 3}" \
       --total-timesteps 1000000 "${flags[@]}" --exp-name "ppo_continuous_action_$variant"
   done
