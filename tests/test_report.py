@@ -125,3 +125,23 @@ def test_peaks_and_published_figures_on_known_numbers():
     assert lines[0].endswith("| published: mean ± std (source) |")
     assert lines[2].endswith("| n/a |") and lines[3].endswith("| 640.86 ± 11.44 (CleanRL, 8M steps) |")
     assert report.PUBLISHED["dm_control/cartpole-swingup-v0"] == report.PUBLISHED["dm_control_cartpole-swingup-v0"]
+
+
+def test_benchmark_variant_names_map_to_the_script_flags():
+    """benchmark/variant.sh: a variant's name is the flag and value it runs with; an unknown form stops the benchmark."""
+
+    def flags(name: str) -> subprocess.CompletedProcess:
+        script = f'. benchmark/variant.sh && variant_flags {name} && printf "%s|" "${{flags[@]}}"'
+        return subprocess.run(["bash", "-c", script], cwd=ROOT, capture_output=True, text=True)
+
+    expected = {
+        "target_kl_0.1": "--target-kl|0.1|",
+        "ent_coef_0.01": "--ent-coef|0.01|",
+        "num_steps_1024": "--num-steps|1024|",
+        "no_norm_reward": "--no-norm-reward|",
+        "no_anneal_lr": "--no-anneal-lr|",
+    }
+    for name, joined in expected.items():
+        assert flags(name).stdout == joined, name
+    bad = flags("Fast")
+    assert bad.returncode == 1 and bad.stdout == "" and bad.stderr.startswith("error: unknown variant 'Fast' (NAME_VALUE")
