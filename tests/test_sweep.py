@@ -150,6 +150,14 @@ def squeue(env, job: str) -> str:
     return subprocess.run(["squeue", "-h", "-j", job, "-o", "%T %r"], capture_output=True, text=True, env=env).stdout.strip()
 
 
+def earlier_instance_gone(env, job: str) -> bool:
+    """No slurmstepd of a requeued job's earlier instance runs any more. Started again before that, or within the
+    second its credential was revoked, the job is killed for good ("Job credential revoked"), as seen on a loaded
+    machine; Slurm's own two-minute hold, which the test skips, is what prevents that on a cluster."""
+    job_id = subprocess.run(["squeue", "-h", "-j", job, "-o", "%A"], capture_output=True, text=True, env=env).stdout.strip()
+    return bool(job_id) and subprocess.run(["pgrep", "-f", rf"slurmstepd: \[{job_id}\."], capture_output=True).returncode == 1
+
+
 def test_slurm_sweep_requeued_and_preempted_jobs_resume_exactly(slurm, tmp_path):
     out, reference = tmp_path / "sweep", tmp_path / "reference"
     script_args = ["--", "--num-envs", "2", "--num-steps", "64", "--total-timesteps", "40960", "--no-cuda"]
@@ -175,10 +183,13 @@ def test_slurm_sweep_requeued_and_preempted_jobs_resume_exactly(slurm, tmp_path)
     first, second = f"{array}_0", f"{array}_1"
     subprocess.run(["scontrol", "requeue", first], check=True, env=slurm)  # as an admin or a preemption does: SIGTERM, then requeued
     subprocess.run(["scancel", "--signal=USR2", second], check=True, env=slurm)  # submitit's signal before a time limit
-    requeued = set()
-    while proc.poll() is None:  # Slurm holds a requeued job for two minutes: release it now
+    requeued, held_since = set(), {}
+    while proc.poll() is None:  # Slurm holds a requeued job for two minutes: release it as soon as that is safe
         for job in (first, second):
-            if squeue(slurm, job) == "PENDING BeginTime":
+            if squeue(slurm, job) != "PENDING BeginTime" or job in requeued:
+                continue
+            held_since.setdefault(job, time.time())
+            if time.time() - held_since[job] > 1.5 and earlier_instance_gone(slurm, job):
                 subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], env=slurm)
                 requeued.add(job)
         assert time.time() < deadline + 300, "the sweep did not end"
