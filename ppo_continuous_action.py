@@ -116,8 +116,8 @@ class Args:
     """the surrogate clipping coefficient"""
     clip_vloss: bool = True
     """Toggles whether or not to use a clipped loss for the value function, as per the paper."""
-    ent_coef: float = 0.0
-    """coefficient of the entropy"""
+    ent_coef: Optional[float] = None
+    """coefficient of the entropy; None: 0.01 on the DeepMind Control Suite (dm_control/ ids), else 0 (docs/continuous.md)"""
     vf_coef: float = 0.5
     """coefficient of the value function"""
     max_grad_norm: float = 0.5
@@ -151,9 +151,8 @@ def make_env(env_id: str, idx: int, capture_video: bool, run_name: str):
         env = MujocoState(env) if isinstance(env.unwrapped, MujocoEnv) else env
         if env_id.startswith("dm_control/"):  # its observations, a Dict, as one vector (keys in sorted order); it pickles whole
             env.unwrapped.spec = None  # (but for its spec's entry point, a local function): exact resume
-            env = gym.wrappers.TransformObservation(
-                env, functools.partial(gym.spaces.flatten, env.observation_space), gym.spaces.flatten_space(env.observation_space)
-            )
+            space = env.observation_space
+            env = gym.wrappers.TransformObservation(env, functools.partial(gym.spaces.flatten, space), gym.spaces.flatten_space(space))
         env = gym.wrappers.RecordEpisodeStatistics(env)
         return env
 
@@ -186,8 +185,7 @@ class NormalizeVector(gym.vector.VectorWrapper):
 
     @staticmethod
     def update(rms: RunningMeanStd, x: np.ndarray):
-        """rms.update(x), same numbers, without np.var's overhead (a third of this wrapper's time at 1 env).
-        Under torchrun the moments are those of every process's x (equal shares), so the statistics stay identical on all."""
+        """rms.update(x) without np.var's overhead, same numbers; under torchrun the moments of every process's x, so all agree."""
         mean = all_mean(torch.as_tensor(x.mean(0))).numpy()
         var = all_mean(torch.as_tensor(((x - mean) ** 2).mean(0))).numpy()
         rms.update_from_moments(mean, var, len(x) * (dist.get_world_size() if dist.is_initialized() else 1))
@@ -410,7 +408,7 @@ def check_args(args: Args):
         if getattr(args, name) is not None and not getattr(args, name) > 0:
             fail(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
     for name in ("ent_coef", "vf_coef", "save_every"):
-        if not getattr(args, name) >= 0:
+        if getattr(args, name) is not None and not getattr(args, name) >= 0:
             fail(f"--{name.replace('_', '-')} must be non-negative, got {getattr(args, name)}")
     for name in ("gamma", "gae_lambda"):
         if not 0 <= getattr(args, name) <= 1:
@@ -995,6 +993,7 @@ def close_run(args: Args, writer: Optional[SummaryWriter], finished: list, error
 if __name__ == "__main__":
     # ARGUMENTS AND START-UP
     args = tyro.cli(Args)
+    args.ent_coef = args.ent_coef if args.ent_coef is not None else 0.01 if args.env_id.startswith("dm_control/") else 0.0
     run_name = f"{args.env_id.replace('/', '_')}__{args.exp_name}__{args.seed}__{int(time.time())}"  # ALE/, dm_control/: one directory
     # small networks: one thread avoids the synchronization cost that dominates tiny CPU matmuls
     torch.set_num_threads(1)
