@@ -140,8 +140,11 @@ def test_benchmark_variant_names_map_to_the_script_flags():
         "num_steps_1024": "--num-steps|1024|",
         "no_norm_reward": "--no-norm-reward|",
         "no_anneal_lr": "--no-anneal-lr|",
+        "ent_coef_0.0+target_kl_0.1": "--ent-coef|0.0|--target-kl|0.1|",
+        "ent_coef_0.0+no_bootstrap_truncation": "--ent-coef|0.0|--no-bootstrap-truncation|",
     }
     for name, joined in expected.items():
         assert flags(name).stdout == joined, name
-    bad = flags("Fast")
-    assert bad.returncode == 1 and bad.stdout == "" and bad.stderr.startswith("error: unknown variant 'Fast' (NAME_VALUE")
+    for name in ("Fast", "ent_coef_0.0+Fast"):
+        bad = flags(name)
+        assert bad.returncode == 1 and bad.stdout == "" and bad.stderr.startswith(f"error: unknown variant '{name}' (NAME_VALUE"), name
