@@ -6,6 +6,9 @@
 # 640.86 ± 11.44, walker-walk 392.51 ± 56.25, cheetah-run 432.56 ± 82.54, reacher-easy 626.28 ± 15.51, finger-spin
 # 590.49 ± 171.09, ball_in_cup-catch 900.78 ± 5.26. A run whose log has its last iteration is not run again, so the
 # table can be completed over several sittings. Runs in requirements-dmc.txt's venv (README: The DeepMind Control Suite).
+# HELDOUT=1: the entropy default tested where it was not chosen: six other tasks of CleanRL's list (cartpole-balance,
+# pendulum-swingup, point_mass-easy, finger-turn_easy, fish-upright, reacher-hard), seeds 1-2, with --ent-coef 0.01 and
+# --ent-coef 0, and P(0.01 > 0) (results/ppo_continuous_action_dmc_heldout/).
 # usage: bash benchmark/ppo_continuous_action_dmc.sh   (JOBS=1 for one run at a time; TASKS="..." for some of them;
 #        FALL=1 [FALL_SEEDS="1 2 3"] [FALL_VARIANTS="ent_coef_0.0 ent_coef_0.0+target_kl_0.1"; benchmark/variant.sh's
 #        names, such as target_kl_0.1 or ent_coef_0.0+no_norm_reward]: settings changed instead, on cartpole-swingup or
@@ -18,6 +21,18 @@ out=benchmark/results/ppo_continuous_action_dmc
 tasks=${TASKS:-"cartpole-swingup walker-walk cheetah-run reacher-easy finger-spin ball_in_cup-catch"}
 [ -n "${FALL:-}" ] && tasks=${TASKS:-cartpole-swingup}
 ids=$(for t in $tasks; do printf 'dm_control/%s-v0 ' "$t"; done)
+if [ -n "${HELDOUT:-}" ]; then  # HELDOUT=1: the entropy bonus on six other tasks of CleanRL's list, seeds 1-2, with and without
+  tasks=${TASKS:-"cartpole-balance pendulum-swingup point_mass-easy finger-turn_easy fish-upright reacher-hard"}
+  ids=$(for t in $tasks; do printf 'dm_control/%s-v0 ' "$t"; done)
+  for variant in ent_coef_0.01 ent_coef_0.0; do
+    variant_flags "$variant"
+    TAG=$variant bash benchmark/run_many.sh ppo_continuous_action.py "${out}_heldout" "$ids" "${HELDOUT_SEEDS:-1 2}" \
+      --total-timesteps 1000000 "${flags[@]}" --exp-name "ppo_continuous_action_$variant"
+  done
+  python benchmark/report.py "${out}_heldout/runs" --title "DeepMind Control Suite, 1M steps: held-out tasks, --ent-coef 0.01 and 0" \
+    --published --peaks --compare ppo_continuous_action_ent_coef_0.01 ppo_continuous_action_ent_coef_0.0 --out "${out}_heldout/report"
+  exit 0
+fi
 if [ -n "${FALL:-}" ]; then  # FALL=1: the fall after the peak (docs/continuous.md): settings changed
   envs=$(for t in $tasks; do printf -- '--env dm_control_%s-v0 ' "$t"; done)
   for variant in ${FALL_VARIANTS:-ent_coef_0.0 ent_coef_0.0+target_kl_0.1}; do

@@ -281,26 +281,56 @@ def peak(run: dict) -> tuple:
     return float(means[k]), int(steps[k])
 
 
+# A run falls when its end (the mean of its last 100 episodes) is under FALL_RATIO of its peak (the best mean of 100
+# episodes in a row) and under the peak by at least FALL_ERRORS standard errors of the end (the last 100's standard
+# deviation over 10), so that the noise of a peak picked from hundreds of windows is not a fall. Fixed before the DMC
+# runs it counts (docs/continuous.md, "The fall, counted").
+FALL_RATIO = 0.8
+FALL_ERRORS = 3.0
+
+
+def drop_in_errors(run: dict) -> float:
+    """How far the run's peak is above its end, in standard errors of the end (nan from a log: no episodes)."""
+    returns = run.get("returns", np.array([np.nan]))[-100:]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return (peak(run)[0] - run["final"]) / (np.std(returns) / np.sqrt(len(returns)))
+
+
+def fell(run: dict):
+    """Whether the run fell after its peak (FALL_RATIO and FALL_ERRORS); None from a log."""
+    drop = drop_in_errors(run)
+    return None if np.isnan(drop) else bool(run["final"] < FALL_RATIO * peak(run)[0] and drop >= FALL_ERRORS)
+
+
 def peaks_table(groups: dict) -> str:
     """Per run: its score (the last 100), its peak (the best 100 in a row), the end over the peak, the drop in standard
-    errors of the end (the last 100's standard deviation over 10: how far noise alone carries a peak picked from
-    hundreds of windows), and the largest approximate KL an update logged (losses/approx_kl, the mean over its minibatches)."""
+    errors of the end, whether it fell (fell()), and the largest approximate KL an update logged (losses/approx_kl, the
+    mean over its minibatches); then, per experiment, how many of its runs fell."""
     lines = [
-        "| env | experiment | seed | end (last 100) | peak (100 in a row) | peak's step | end / peak | drop in standard errors | largest update KL |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| env | experiment | seed | end (last 100) | peak (100 in a row) | peak's step | end / peak | drop in standard errors | fell "
+        "| largest update KL |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
+    falls = defaultdict(list)
     for (env_id, exp_name), runs in sorted(groups.items()):
         for seed, run in sorted(runs.items()):
             top, step = peak(run)
             kl = run.get("max_kl", float("nan"))
-            returns = run.get("returns", np.array([np.nan]))[-100:]  # from a log: no episodes, n/a
-            with np.errstate(divide="ignore", invalid="ignore"):
-                drop = (top - run["final"]) / (np.std(returns) / np.sqrt(len(returns)))
+            drop, down = drop_in_errors(run), fell(run)
+            falls[exp_name].append(down)
             lines.append(
-                f"| {env_id} | {exp_name} | {seed} | {run['final']:.2f} | {top:.2f} | {step:,} | {run['final'] / top:.3f} | {'n/a' if np.isnan(drop) else f'{drop:.1f}'} | "
+                f"| {env_id} | {exp_name} | {seed} | {run['final']:.2f} | {top:.2f} | {step:,} | {run['final'] / top:.3f} | "
+                f"{'n/a' if np.isnan(drop) else f'{drop:.1f}'} | {'n/a' if down is None else 'yes' if down else 'no'} | "
                 + ("n/a" if np.isnan(kl) else f"{kl:.3f}")
                 + " |"
             )
+    lines.append(f"\nFalls (end under {FALL_RATIO:g} of the peak by at least {FALL_ERRORS:g} standard errors), per experiment:")
+    for exp_name, downs in sorted(falls.items()):
+        counted = [d for d in downs if d is not None]
+        lines.append(
+            f"- {exp_name}: {sum(counted)} of {len(counted)} runs"
+            + (f" ({len(downs) - len(counted)} from logs: n/a)" if len(counted) < len(downs) else "")
+        )
     return "\n".join(lines)
 
 

@@ -119,12 +119,29 @@ def test_peaks_and_published_figures_on_known_numbers():
     }
     rows = report.peaks_table(groups).splitlines()
     # the last 100: 300 and 500 in turn, standard deviation 100, standard error 10: the peak is 40 of them above the end
-    assert rows[2] == "| Pendulum-v1 | x | 1 | 400.00 | 800.00 | 200,000 | 0.500 | 40.0 | n/a |"
-    assert rows[3] == "| dm_control_cartpole-swingup-v0 | ppo_continuous_action | 2 | 400.00 | 800.00 | 200,000 | 0.500 | 40.0 | 0.464 |"
+    assert rows[2] == "| Pendulum-v1 | x | 1 | 400.00 | 800.00 | 200,000 | 0.500 | 40.0 | yes | n/a |"
+    assert rows[3] == "| dm_control_cartpole-swingup-v0 | ppo_continuous_action | 2 | 400.00 | 800.00 | 200,000 | 0.500 | 40.0 | yes | 0.464 |"
+    assert rows[-2:] == ["- ppo_continuous_action: 1 of 1 runs", "- x: 1 of 1 runs"]
     lines = report.table(groups, None, 100, 0, published=True).splitlines()
     assert lines[0].endswith("| published: mean ± std (source) |")
     assert lines[2].endswith("| n/a |") and lines[3].endswith("| 640.86 ± 11.44 (CleanRL, 8M steps) |")
     assert report.PUBLISHED["dm_control/cartpole-swingup-v0"] == report.PUBLISHED["dm_control_cartpole-swingup-v0"]
+
+
+def test_fall_needs_both_the_ratio_and_three_standard_errors():
+    """A run falls when its end is under 0.8 of its peak and under it by at least 3 standard errors of the last 100."""
+    steps = np.arange(1, 301) * 1000
+
+    def fake(returns):
+        return {**fake_run(steps, returns), "curve": report.learning_curve(steps, returns)}
+
+    noisy = np.r_[np.zeros(100), np.full(100, 800.0), np.tile([0.0, 1200.0], 50)]  # end 600 (0.75), std 600: 3.33 errors
+    assert report.drop_in_errors(fake(noisy)) == (800.0 - 600.0) / 60.0 and report.fell(fake(noisy)) is True
+    noisier = np.r_[np.zeros(100), np.full(100, 800.0), np.tile([0.0, 1240.0], 50)]  # end 620, std 620: 2.90 errors
+    assert report.fell(fake(noisier)) is False
+    slight = np.r_[np.zeros(100), np.full(100, 800.0), np.full(100, 650.0)]  # 0.8125 of the peak, std 0: any drop counts
+    assert report.drop_in_errors(fake(slight)) == np.inf and report.fell(fake(slight)) is False
+    assert report.fell({"final": 1.0, "curve": (np.array([10, 20]), np.array([1.0, 3.0]))}) is None  # from a log
 
 
 def test_benchmark_variant_names_map_to_the_script_flags():
