@@ -11,13 +11,13 @@ gamma * V(final_obs) instead of being treated as termination (`--no-bootstrap-tr
 the old behaviour). `%run` in IPython leaves `agent`, the storage and `b_*` in the namespace.
 Checkpoints are pickles (optimizer, RNG and env state): load only checkpoints you trust.
 
-Read the research layer (down to `eval_action`) and `__main__`: the run-management layer between them
+Read the research layer (down to `eval_policy`) and `__main__`: the run-management layer between them
 is the same in all four scripts and can be skipped on a first reading.
 """
 
 import contextlib
-import copy
 import errno
+import importlib.util
 import io
 import os
 import pickle
@@ -56,7 +56,8 @@ class Args:
     cuda: bool = True
     """if toggled, cuda will be used when available (CPU otherwise, with a notice)"""
     cuda_graphs: bool = False
-    """on CUDA, record the rollout's policy forward and the update's minibatch step in CUDA graphs and replay them (no kernel launch overhead; fused Adam: other numbers than without)"""
+    """on CUDA, record the rollout's policy forward and the update's minibatch step in CUDA graphs and replay them (no
+    kernel launch overhead; fused Adam: other numbers than without)"""
     track: bool = False
     """if toggled, this experiment will be tracked with Weights and Biases"""
     wandb_project_name: str = "cleanRL"
@@ -66,16 +67,16 @@ class Args:
     capture_video: bool = False
     """whether to capture videos of the agent performances (check out `videos` folder)"""
     save_model: bool = False
-    """whether to save a checkpoint to `{run_dir}/{exp_name}.pt` (at the end, on Ctrl-C, SIGTERM or NaN)"""
+    """whether to save a checkpoint to `{run_dir}/{exp_name}.pt` (at the end, and on Ctrl-C or SIGTERM)"""
     save_every: float = 10.0
     """with --save-model, also write the checkpoint every this many minutes of wall time (0: after every iteration)"""
     run_dir: Optional[str] = None
-    """the run's directory, for its TensorBoard log and checkpoint (default: `runs/{run_name}`, new for every run)"""
+    """the run's directory, for its TensorBoard log and checkpoint (default: `runs/{run_name}`; --resume: the checkpoint's)"""
     resume: Optional[str] = None
-    """path of a checkpoint to continue training from, with the env and algorithm settings it was trained with; `auto`:
-    the one in --run-dir if there is one (a restarted command continues its run), else start"""
+    """path of a checkpoint to continue training from, with every setting it was saved with (flags here change how it
+    runs and is recorded, and may raise --total-timesteps); `auto`: the one in --run-dir if there is one, else start"""
     eval_checkpoint: Optional[str] = None
-    """path of a checkpoint to evaluate instead of training"""
+    """path of a checkpoint to evaluate instead of training, on the env it was trained on"""
     eval_episodes: int = 10
     """the number of episodes to play with `--eval-checkpoint`"""
     eval_greedy: bool = False
@@ -84,7 +85,8 @@ class Args:
     env_id: str = "BreakoutNoFrameskip-v4"
     """the id of the environment"""
     total_timesteps: int = 10000000
-    """total timesteps of the experiments"""
+    """total timesteps of the experiments (raised on --resume: trains further, the learning rate annealed to 0 over the
+    new total from where it is: not the run a larger total from the start would give)"""
     learning_rate: float = 2.5e-4
     """the learning rate of the optimizer"""
     num_envs: int = 8
@@ -119,17 +121,15 @@ class Args:
     """bootstrap gamma * V(final_obs) at time-limit truncations (off: treat them as termination)"""
     native_envs: bool = True
     """step the games with ale-py's C++ vector env (off: gymnasium's wrappers, for exact resume)"""
-    env_threads: int = 0
-    """threads of each group of the native vector env (0: one per available core, shared among torchrun's local processes, at most the group's envs); --resume may change it"""
     env_groups: int = 0
-    """the native envs step in this many groups, one while the policy acts for the next (0: 2 on a GPU where each process's envs split in two, else 1)"""
+    """the native envs step in this many groups, one while the policy acts for the next (0: 2 on a GPU, else 1)"""
 
-    batch_size: int = 0
-    """the batch size (computed in runtime)"""
-    minibatch_size: int = 0
-    """the mini-batch size (computed in runtime)"""
-    num_iterations: int = 0
-    """the number of iterations (computed in runtime)"""
+    batch_size: tyro.conf.Suppress[int] = 0
+    """the batch size (computed in runtime, not a flag)"""
+    minibatch_size: tyro.conf.Suppress[int] = 0
+    """the mini-batch size (computed in runtime, not a flag)"""
+    num_iterations: tyro.conf.Suppress[int] = 0
+    """the number of iterations (computed in runtime, not a flag)"""
 
 
 def make_env(env_id: str, idx: int, capture_video: bool, run_name: str):
@@ -140,7 +140,8 @@ def make_env(env_id: str, idx: int, capture_video: bool, run_name: str):
         else:
             env = gym.make(env_id, obs_type="grayscale")
         # 1-30 no-ops at reset; frames skipped 4 at a time with the max of the last two (v5 ids skip in the emulator); 84x84
-        env = gym.wrappers.AtariPreprocessing(env, frame_skip=4 if env.spec.kwargs.get("frameskip") == 1 else 1)
+        env = gym.wrappers.AtariPreprocessing(LastScreens(env), frame_skip=4 if env.spec.kwargs.get("frameskip") == 1 else 1)
+        env.env.buffer = env.obs_buffer  # where LastScreens puts the last two screens at a time limit
         env = EpisodicLife(env)  # lost lives end episodes, the serve after them, whole games logged (below the clipping)
         env = gym.wrappers.TransformReward(env, np.sign)  # learning sees rewards clipped to their sign
         env = gym.wrappers.FrameStackObservation(env, 4)
@@ -149,15 +150,26 @@ def make_env(env_id: str, idx: int, capture_video: bool, run_name: str):
     return thunk
 
 
+class LastScreens(gym.Wrapper):
+    """At a time limit, the last two screens into AtariPreprocessing's buffer (its frame skip stops before it takes them)."""
+
+    def step(self, action):
+        before = self.unwrapped.ale.getScreenGrayscale()
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        if truncated:
+            self.buffer[1][:] = before
+            self.unwrapped.ale.getScreenGrayscale(self.buffer[0])
+        return obs, reward, terminated, truncated, info
+
+
 class EpisodicLife(gym.Wrapper):
-    """A lost life ends the episode for learning, the game only when over. Each life starts with steps the agent never
-    sees: a no-op after a lost life, then the serve (FIRE and action 2, where action 1 is FIRE; at a game's start too).
-    Logs each game once, in its last agent step's info: "r" its raw score, "l" its agent steps. Pickles mid-game (resume)."""
+    """A lost life ends the episode for learning, the game only when over; a life starts with steps the agent never sees (a
+    no-op after a lost life, then the serve: FIRE and action 2). Logs each game once: "r" its raw score, "l" its steps."""
 
     def __init__(self, env: gym.Env):
         super().__init__(env)
         self.serve_actions = (1, 2) if env.unwrapped.get_action_meanings()[1] == "FIRE" else ()
-        self.next_life, self.score, self.length = None, 0.0, 0
+        self.next_life = None  # (obs, info) where the unseen steps started the next life: what reset() returns
 
     def unseen(self, actions: tuple, obs, info) -> tuple:  # the steps the agent does not see: (last obs, info, game over)
         for action in actions:
@@ -169,22 +181,27 @@ class EpisodicLife(gym.Wrapper):
 
     def step(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action)
-        self.score, self.length = self.score + reward, self.length + 1
-        lives, self.lives = self.lives, self.unwrapped.ale.lives()
-        game_over, lost_life = terminated or truncated, self.lives < lives and not terminated  # at a time limit too: as natively
-        if lost_life and not game_over:  # the next life starts now, before the episode's end reaches the agent: a no-op, then the serve
-            obs_next, info_next, game_over = self.unseen((0, *self.serve_actions), obs, info)
-            self.next_life = None if game_over else (obs_next, info_next)  # what reset() returns
+        self.score += reward
+        self.length += 1
+        lost_life = self.unwrapped.ale.lives() < self.lives and not terminated  # at a time limit too: as natively
+        self.lives = self.unwrapped.ale.lives()
+        game_over = terminated or truncated
+        if lost_life and not game_over:  # the next life starts now, before the episode's end reaches the agent
+            obs_next, info_next, game_over = self.unseen((0, *self.serve_actions), obs, info)  # a no-op, then the serve
+            self.next_life = None if game_over else (obs_next, info_next)
         if game_over:
             info = {**info, "episode": {"r": self.score, "l": self.length}}
         return obs, reward, terminated or lost_life, truncated and not lost_life, info
 
     def reset(self, **kwargs):
-        start, self.next_life = self.next_life, None  # (obs, info) where the unseen steps started the next life
+        start = self.next_life
+        self.next_life = None
         while start is None:  # a new game (its serve at a time limit shorter than the opening: another one, unlogged)
-            self.score, self.length = 0.0, 0
+            self.score = 0.0
+            self.length = 0
             obs, info, over = self.unseen(self.serve_actions, *self.env.reset(**kwargs))
-            start, kwargs = None if over else (obs, info), {}
+            start = None if over else (obs, info)
+            kwargs = {}
         self.lives = self.unwrapped.ale.lives()
         return start
 
@@ -198,120 +215,132 @@ class EpisodicLife(gym.Wrapper):
 
 
 class NativeAtari(gym.vector.VectorEnv):
-    """ale-py's AtariVectorEnv (the preprocessing in C++ threads) with make_env's semantics: lost lives end episodes, rewards
-    clipped, games logged as EpisodicLife logs them; a new life's first step is a serve, FIRE in place of the agent's action
-    (`serving`). Groups envs[parts[g]]: send(actions, g) steps group g, recv(g) waits. --capture-video: a colour twin of env 0."""
+    """ale-py's AtariVectorEnv (C++ threads) as make_env plays: lost lives end episodes, a new life's first step is a serve
+    (FIRE in place of the agent's action: `serves`). Groups of envs: send(actions, g) steps envs[parts[g]], recv(g) waits."""
 
-    def __init__(self, env_id: str, num_envs: int, num_threads: int, groups: int = 1, video: Optional[str] = None, **settings):
+    def __init__(self, env_id: str, num_envs: int, groups: int, video: Optional[str]):
         spec = gym.spec(env_id.split(":")[-1]).kwargs  # "module:Game-v4" ids: gym.make imported the module
         skip = spec.get("frameskip", 4)  # NoFrameskip ids: 1, so skip 4 here with the max of the last two frames
+        settings = {"frameskip": 4 if skip == 1 else skip, "maxpool": skip == 1, "noop_max": 30, "use_fire_reset": True}
+        # a lost life terminates, the game goes on (episodic_life restarts it), the score is the raw rewards' sum; as the id
+        settings.update(life_loss_info=True, reward_clipping=False, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+        settings["repeat_action_probability"] = spec.get("repeat_action_probability", 0.25)
+        settings["full_action_space"] = spec.get("full_action_space", False)
+        settings["max_num_frames_per_episode"] = spec.get("max_num_frames_per_episode", 108000)
         cores = max(1, len(os.sched_getaffinity(0)) // int(os.environ.get("LOCAL_WORLD_SIZE", 1)))  # this process's share
+        settings["num_threads"] = min(num_envs // groups, cores)
+        self.vector_envs = [ale_py.AtariVectorEnv(spec["game"], num_envs // groups, **settings) for _ in range(groups)]
         self.parts = [slice(g * num_envs // groups, (g + 1) * num_envs // groups) for g in range(groups)]
-
-        def make(n: int, **more) -> ale_py.AtariVectorEnv:  # n envs with these settings, and `more`
-            return ale_py.AtariVectorEnv(
-                spec["game"],
-                n,
-                frameskip=4 if skip == 1 else skip,
-                maxpool=skip == 1,
-                life_loss_info=True,  # not episodic_life=True: that restarts the whole game at every lost life
-                reward_clipping=False,  # the score is the raw rewards' sum; learning gets their sign below
-                autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
-                repeat_action_probability=spec.get("repeat_action_probability", 0.25),  # gymnasium's AtariEnv defaults
-                full_action_space=spec.get("full_action_space", False),
-                max_num_frames_per_episode=spec.get("max_num_frames_per_episode", 108000),
-                **{"noop_max": 30, "use_fire_reset": True, **settings, **more},  # FIRE at a game's start; send() serves a new life
-            )
-
-        self.vector_envs = [make(num_envs // groups, num_threads=num_threads or min(num_envs // groups, cores)) for _ in range(groups)]
-        self.twin = video and make(1, img_height=210, img_width=160, grayscale=False, stack_num=1, num_threads=1)
-        self.video, self.clip, self.games = video, [], 0  # the twin's frames of env 0's game in progress, and its number
-        self.num_envs, self.metadata, first = num_envs, {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}, self.vector_envs[0]
-        self.single_observation_space, self.single_action_space = first.single_observation_space, first.single_action_space
+        colour = {"img_height": 210, "img_width": 160, "grayscale": False, "stack_num": 1, "num_threads": 1}
+        self.twin = ale_py.AtariVectorEnv(spec["game"], 1, **{**settings, **colour}) if video else None
+        self.video = video
+        self.clip = []  # the twin's frames of env 0's game in progress
+        self.games = 0  # env 0's games so far
+        self.num_envs = num_envs
+        self.single_observation_space = self.vector_envs[0].single_observation_space
+        self.single_action_space = self.vector_envs[0].single_action_space
         self.action_space = gym.vector.utils.batch_space(self.single_action_space, num_envs)
-        self.returns, self.lengths, self.frames = np.zeros(num_envs), np.zeros(num_envs, dtype=np.int64), None
-        self.serving = np.zeros(num_envs, dtype=bool)
-        self.fire = settings.get("use_fire_reset", True) and first.ale.get_action_set()[1] == ale_py.Action.FIRE
-        self.step = lambda actions: self.send(actions) or self.recv()  # one group's step, as evaluation takes it
+        self.fire = self.vector_envs[0].ale.get_action_set()[1] == ale_py.Action.FIRE
 
     def reset(self, *, seed=None, options=None):
         seeds = seed + np.arange(self.num_envs) if isinstance(seed, int) else seed  # env i: seed + i, whatever its group
-        out = [env.reset(seed=None if seeds is None else seeds[part]) for env, part in zip(self.vector_envs, self.parts, strict=True)]
-        obs, infos = np.concatenate([obs for obs, _ in out]), {k: np.concatenate([i[k] for _, i in out]) for k in out[0][1]}
-        self.returns[:], self.lengths[:], self.serving[:], self.frames = 0, 0, False, infos["episode_frame_number"]
+        out = [
+            env.reset(seed=None if seeds is None else seeds[p]) for env, p in zip(self.vector_envs, self.parts, strict=True)
+        ]
+        obs = np.concatenate([obs for obs, _ in out])
+        infos = {key: np.concatenate([info[key] for _, info in out]) for key in out[0][1]}
+        self.returns = np.zeros(self.num_envs)  # each env's game so far: its raw score, its steps, its frame
+        self.lengths = np.zeros(self.num_envs, dtype=np.int64)
+        self.frames = infos["episode_frame_number"]
+        self.serves = np.zeros(self.num_envs, dtype=bool)  # whether each env's next step is a serve
         self.clip = [self.twin.reset(seed=None if seeds is None else np.asarray(seeds[:1]))[0][0, 0]] if self.twin else []
         return obs, infos
 
     def send(self, actions: np.ndarray, group: int = 0):
-        played = np.where(self.serving[self.parts[group]], 1, actions)  # a serve plays FIRE
-        self.vector_envs[group].send(played)
+        actions = np.where(self.serves[self.parts[group]], 1, actions)  # a serve plays FIRE
+        self.vector_envs[group].send(actions)
         if self.twin and group == 0:
-            self.clip.append(self.twin.step(played[:1])[0][0, 0])
+            self.clip.append(self.twin.step(actions[:1])[0][0, 0])
 
     def recv(self, group: int = 0) -> tuple:
         obs, rewards, terminations, truncations, infos = self.vector_envs[group].recv()
         part = self.parts[group]
-        self.returns[part], self.lengths[part] = self.returns[part] + rewards, self.lengths[part] + 1
+        self.returns[part] += rewards
+        self.lengths[part] += 1
         # a new game started where the emulator's frame count fell (not the lives: bonus lives; nor terminations: time limits)
         game_over = truncations | (infos["episode_frame_number"] < self.frames[part])
         self.frames[part] = infos["episode_frame_number"]
-        self.serving[part] = terminations & ~game_over & self.fire
+        self.serves[part] = terminations & ~game_over & self.fire
         if game_over.any():
-            infos["final_info"] = {"episode": {"r": self.returns[part].copy(), "l": self.lengths[part].copy()}, "_episode": game_over}
-            self.returns[part][game_over], self.lengths[part][game_over] = 0, 0
-        if self.twin and group == 0 and game_over[0]:  # env 0's game is over: its video where gymnasium's RecordVideo records one
-            from gymnasium.utils.save_video import save_video  # (games 0, 1, 8, 27, ..., 1000, 2000, ...); it imports moviepy
-
-            save_video(self.clip, self.video, fps=15, name_prefix="game", episode_index=self.games)
-            self.clip, self.games = self.clip[-1:], self.games + 1  # the new game's first frame
+            episodes = {"r": self.returns[part].copy(), "l": self.lengths[part].copy()}
+            infos["final_info"] = {"episode": episodes, "_episode": game_over}
+            self.returns[part][game_over] = 0
+            self.lengths[part][game_over] = 0
+        if self.twin and group == 0 and game_over[0]:  # env 0's game is over: its video where RecordVideo records one
+            save_video = importlib.import_module("gymnasium.utils.save_video").save_video  # imports moviepy: only when needed
+            save_video(self.clip, self.video, fps=15, name_prefix="game", episode_index=self.games)  # games 0, 1, 8, 27, ...
+            self.clip = self.clip[-1:]  # the new game's first frame
+            self.games += 1
         return obs, np.sign(rewards).astype(np.float64), terminations, truncations, infos
-
-    def close_extras(self, **kwargs):
-        for env in self.vector_envs + ([self.twin] if self.twin else []):
-            env.close()
 
 
 class WrapperEnvs(gym.vector.SyncVectorEnv):
     """make_env's envs in gymnasium's SyncVectorEnv, stepped as NativeAtari's one group: send(actions), then recv()."""
 
     parts = [slice(None)]
-    serving = property(lambda self: np.zeros(self.num_envs, dtype=bool))  # EpisodicLife serves in steps the agent never sees
+
+    @property
+    def serves(self) -> np.ndarray:  # EpisodicLife serves in steps the agent never sees
+        return np.zeros(self.num_envs, dtype=bool)
 
     def send(self, actions: np.ndarray, group: int = 0):
         self.actions = actions
 
-    recv = lambda self, group=0: self.step(self.actions)  # noqa: E731
+    def recv(self, group: int = 0) -> tuple:
+        return self.step(self.actions)
 
 
-def make_envs(args: Args, num_envs: int, run_name: str, rank: int) -> gym.vector.VectorEnv:
+def make_vector_env(args: Args, num_envs: int, rank: int) -> gym.vector.VectorEnv:
     """The vector env in SAME_STEP autoreset mode: an episode's last step returns the next episode's first observation
     and puts the real last one in infos["final_obs"], so every step is a real transition. The default NEXT_STEP mode
     would spend one step per episode on a reset whose action is ignored."""
-    if args.native_envs:  # ale-py's (evaluation: where its checkpoint trained; one group), else make_env's wrappers
-        groups = args.env_groups or (2 if args.cuda and torch.cuda.is_available() and num_envs % 2 == 0 else 1)  # a GPU acts, cores step
+    run_name = os.path.basename(args.run_dir)  # videos/{run_name}
+    if args.native_envs:  # ale-py's (evaluation: where its checkpoint trained, one group), else make_env's wrappers
+        gpu = args.cuda and torch.cuda.is_available() and num_envs % 2 == 0  # a GPU acts for one group while the other steps
         video = f"videos/{run_name}" if args.capture_video and rank == 0 else None  # env 0's games, in colour
-        return NativeAtari(args.env_id, num_envs, args.env_threads, min(groups, num_envs), video)
+        return NativeAtari(args.env_id, num_envs, min(args.env_groups or (2 if gpu else 1), num_envs), video)
     thunks = [make_env(args.env_id, i, args.capture_video and rank == 0, run_name) for i in range(num_envs)]
     return WrapperEnvs(thunks, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
 
 
+def ended_episodes(infos: dict, global_step: int) -> list:
+    """(global_step, return, length) of each episode that ended in a step, from its infos' "final_info" (SAME_STEP mode)."""
+    if "final_info" not in infos or "episode" not in infos["final_info"]:
+        return []
+    episodes = infos["final_info"]["episode"]
+    ended = np.flatnonzero(infos["final_info"]["_episode"])
+    return [(global_step, float(episodes["r"][i]), int(episodes["l"][i])) for i in ended]
+
+
 def check_env(args: Args):
     """Fail early, before anything is written, if the env is unknown or not of this script's kind."""
-    env_id, native = args.env_id, args.native_envs and args.eval_checkpoint is None  # evaluation: its checkpoint's path
+    env_id = args.env_id
     try:
         env = gym.make(env_id)
     except gym.error.Error as e:
-        fail(f"unknown env id {env_id!r} ({e}); list the ids with `python -c 'import gymnasium; gymnasium.pprint_registry()'`")
+        fail(f"unknown env id {env_id!r} ({e}); list them: python -c 'import gymnasium; gymnasium.pprint_registry()'")
     except ImportError as e:
-        fail(f"the module of env id {env_id!r} does not import ({e.__cause__ or e}); check the name before ':' or install it")
+        fail(f"the module of env id {env_id!r} does not import ({e.__cause__ or e}); check the name before ':', or install it")
     env.close()
     if not isinstance(env.unwrapped, ale_py.AtariEnv):
         fail(f"{env_id} is not an Atari game; use ppo.py (or ppo_continuous_action.py for continuous actions)")
-    if native and (not isinstance(env.spec.kwargs.get("frameskip", 4), int) or {"mode", "difficulty"} & env.spec.kwargs.keys()):
-        fail(f"the native vector env cannot play {env_id} (random frame skip or game mode); use NoFrameskip-v4 or v5, or --no-native-envs")
-    envs_per_process = args.num_envs // int(os.environ.get("WORLD_SIZE", 1))
-    if args.env_groups < 0 or (args.env_groups > 1 and not args.native_envs) or (args.env_groups and envs_per_process % args.env_groups):
-        fail(f"--env-groups {args.env_groups}: native envs (no --no-native-envs), 0 or a divisor of {envs_per_process}")
+    kwargs = env.spec.kwargs
+    if args.native_envs and (not isinstance(kwargs.get("frameskip", 4), int) or {"mode", "difficulty"} & kwargs.keys()):
+        fail(f"the native vector env cannot play {env_id} (random frame skip, or a game mode); use --no-native-envs")
+    groups = args.env_groups
+    per_process = args.num_envs // int(os.environ.get("WORLD_SIZE", 1))
+    if groups < 0 or groups > 1 and not args.native_envs or groups and per_process % groups:
+        fail(f"--env-groups {groups}: native envs (no --no-native-envs), 0 or a divisor of {per_process}")
 
 
 def layer_init(layer: nn.Linear, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Linear:
@@ -321,7 +350,7 @@ def layer_init(layer: nn.Linear, std: float = np.sqrt(2), bias_const: float = 0.
 
 
 class Agent(nn.Module):
-    def __init__(self, envs: gym.vector.VectorEnv, args: Args):  # args: unused here (ppo_rnn.py's --cell)
+    def __init__(self, envs: gym.vector.VectorEnv):
         super().__init__()
         self.network = nn.Sequential(  # the Nature CNN (Mnih et al. 2015), shared by both heads
             layer_init(nn.Conv2d(4, 32, 8, stride=4)),
@@ -375,7 +404,9 @@ def policy_loss(advantages: torch.Tensor, ratio: torch.Tensor, clip_coef: float)
     return torch.max(pg_loss1, pg_loss2).mean()
 
 
-def value_loss(newvalue: torch.Tensor, values: torch.Tensor, returns: torch.Tensor, clip_coef: Optional[float]) -> torch.Tensor:
+def value_loss(
+    newvalue: torch.Tensor, values: torch.Tensor, returns: torch.Tensor, clip_coef: Optional[float]
+) -> torch.Tensor:
     """0.5 * the mean squared error of the new values to the returns; with clip_coef (--clip-vloss, as baselines' ppo2),
     of each row the larger of that error and the one of the new value moved at most clip_coef from the rollout's."""
     v_loss_unclipped = (newvalue - returns) ** 2
@@ -386,9 +417,9 @@ def value_loss(newvalue: torch.Tensor, values: torch.Tensor, returns: torch.Tens
     return 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
 
 
-def played_mean(x: torch.Tensor, played: torch.Tensor) -> torch.Tensor:
-    """The mean of x over the rows where played = 1, those whose stored action the env played (not NativeAtari's serves)."""
-    return (x * played).sum() / played.sum().clamp(min=1.0)
+def mean_over(x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """The mean of x over the rows where rows = 1."""
+    return (x * rows).sum() / rows.sum().clamp(min=1.0)
 
 
 STATS = ("policy_loss", "value_loss", "entropy", "old_approx_kl", "approx_kl", "clipfrac", "loss", "grad_norm")
@@ -396,20 +427,20 @@ STATS = ("policy_loss", "value_loss", "entropy", "old_approx_kl", "approx_kl", "
 
 def update_minibatch(args: Args, agent: Agent, optimizer: optim.Optimizer, minibatch: tuple) -> Optional[torch.Tensor]:
     """One gradient step on minibatch, the rows mb_inds of the b_* tensors in `batch` (obs, logprobs, actions, advantages,
-    returns, values, and what the domain adds): the clipped surrogate, the value loss and the entropy bonus. Returns the step's statistics (STATS, in that
-    order) in one tensor, or None, without a step, where the approximate KL has passed args.target_kl. A function of
-    tensors and nothing else, so that --cuda-graphs can record it once and replay it."""
-    mb_obs, mb_logprobs, mb_actions, mb_advantages, mb_returns, mb_values, mb_served = minibatch
+    returns, values, and what the domain adds): the clipped surrogate, the value loss and the entropy bonus. Returns the
+    step's statistics (STATS, in that order) in one tensor, or None, without a step, where the approximate KL has passed
+    args.target_kl. A function of tensors and nothing else, so that --cuda-graphs can record it once and replay it."""
+    mb_obs, mb_logprobs, mb_actions, mb_advantages, mb_returns, mb_values, mb_serves = minibatch
     _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb_obs, mb_actions)
     assert newlogprob.shape == newvalue.shape == mb_returns.shape  # (minibatch,): no broadcasting below
     logratio = newlogprob - mb_logprobs
     ratio = logratio.exp()
-    played = 1.0 - mb_served  # the env played FIRE on a serve row, not its action: in the policy's terms it weighs 0, others N / played
+    kept = 1.0 - mb_serves  # the rows whose action the env played (a serve played FIRE): the policy's terms keep only them
 
     with torch.no_grad():
         # http://joschu.net/blog/kl-approx.html
-        old_approx_kl, approx_kl = all_mean(torch.stack((played_mean(-logratio, played), played_mean((ratio - 1) - logratio, played))))
-        clipfrac = played_mean(((ratio - 1.0).abs() > args.clip_coef).float(), played)
+        old_approx_kl, approx_kl = all_mean(torch.stack((mean_over(-logratio, kept), mean_over((ratio - 1) - logratio, kept))))
+        clipfrac = mean_over(((ratio - 1.0).abs() > args.clip_coef).float(), kept)
     if args.target_kl is not None and approx_kl > args.target_kl:
         return None  # no further minibatch or epoch
 
@@ -417,9 +448,9 @@ def update_minibatch(args: Args, agent: Agent, optimizer: optim.Optimizer, minib
         mb_mean, mb_std = whole_mean_std(mb_advantages)
         mb_advantages = (mb_advantages - mb_mean) / (mb_std + 1e-8)
 
-    pg_loss = policy_loss(mb_advantages * played / played.mean().clamp(min=1.0 / len(played)), ratio, args.clip_coef)
+    pg_loss = policy_loss(mb_advantages * kept / kept.mean().clamp(min=1.0 / len(kept)), ratio, args.clip_coef)
     v_loss = value_loss(newvalue, mb_values, mb_returns, args.clip_coef if args.clip_vloss else None)
-    entropy_loss = played_mean(entropy, played)
+    entropy_loss = mean_over(entropy, kept)
     loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
 
     optimizer.zero_grad()
@@ -430,385 +461,8 @@ def update_minibatch(args: Args, agent: Agent, optimizer: optim.Optimizer, minib
     return torch.stack((pg_loss, v_loss, entropy_loss, old_approx_kl, approx_kl, clipfrac, loss, grad_norm)).detach()
 
 
-def eval_action(agent: Agent, x: torch.Tensor, done: torch.Tensor, greedy: bool, memory=None) -> tuple:
-    """The action an evaluation plays, the most likely one (greedy) or a sample, and what the policy remembers for the
-    next step (ppo_rnn.py: the LSTM state, reset where done = 1; None for a memoryless policy)."""
-    return (agent.actor(agent.network(x / 255.0)).argmax(dim=1) if greedy else agent.get_action_and_value(x)[0]), memory
-
-
-# ==================================================================================================================
-# RUN MANAGEMENT: start-up checks and one-line errors, the checkpoint (save and restore side by side), evaluation,
-# the optimizer and CUDA graphs, logging helpers, torchrun. Identical in all four scripts (tests/test_drift.py pins
-# it), and no part of the algorithm: a first reading can skip to `if __name__ == "__main__":`, where each piece is
-# called in one line.
-# ==================================================================================================================
-
-RUN_DIR_LOCK = []  # the open lock file of the run's directory (claim_run_dir), on rank 0
-CHECKPOINT_FORMAT = 2  # raised whenever what a checkpoint holds changes; another format gets a one-line error
-# the Args fields a resumed run may change (how it runs and is recorded); every other field must equal the checkpoint's
-MAY_CHANGE_ON_RESUME = (
-    *("exp_name", "seed", "torch_deterministic", "cuda", "track", "wandb_project_name", "wandb_entity", "capture_video"),
-    *("save_model", "save_every", "run_dir", "resume", "eval_checkpoint", "eval_episodes", "eval_greedy", "env_threads", "env_groups"),
-    *("batch_size", "minibatch_size", "num_iterations"),
-)
-
-
-def fail(message: str):
-    """Stop with a one-line error instead of a traceback. Under torchrun every process stops and one says why: rank 0
-    once the processes have met, before that the first process of each machine (init_distributed passes it on)."""
-    says = os.environ.get("RANK" if dist.is_initialized() else "LOCAL_RANK", "0") == "0"
-    if dist.is_initialized():
-        dist.destroy_process_group()  # now, not during interpreter shutdown (see init_distributed)
-    raise SystemExit(f"error: {message}" if says else 1)
-
-
-def check_args(args: Args):
-    for name in ("total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs", "eval_episodes"):
-        if getattr(args, name) <= 0:
-            fail(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
-    for name in ("learning_rate", "clip_coef", "max_grad_norm", "target_kl"):
-        if getattr(args, name) is not None and not getattr(args, name) > 0:
-            fail(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
-    for name in ("ent_coef", "vf_coef", "save_every"):
-        if getattr(args, name) is not None and not getattr(args, name) >= 0:
-            fail(f"--{name.replace('_', '-')} must be non-negative, got {getattr(args, name)}")
-    for name in ("gamma", "gae_lambda"):
-        if not 0 <= getattr(args, name) <= 1:
-            fail(f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(args, name)}")
-    if args.capture_video:
-        try:
-            import moviepy  # noqa: F401  (gymnasium's RecordVideo writes with it)
-        except ImportError:
-            fail("--capture-video writes videos with moviepy, which does not import here; pip install moviepy, or drop --capture-video")
-    check_env(args)  # the env's kind, and what this script's domain adds to these checks
-    batch_size = args.num_envs * args.num_steps
-    if batch_size % args.num_minibatches:
-        fail(
-            f"num_envs * num_steps = {batch_size} is not divisible by --num-minibatches {args.num_minibatches}; "
-            f"pick a divisor of {batch_size}"
-        )
-    if args.norm_adv and batch_size // args.num_minibatches < 2:
-        fail("a minibatch of 1 sample cannot normalize advantages; use fewer --num-minibatches or --no-norm-adv")
-    if args.eval_checkpoint is None and args.total_timesteps < batch_size:
-        fail(f"--total-timesteps {args.total_timesteps} is less than one batch (num_envs * num_steps = {batch_size})")
-    world_size = int(os.environ.get("WORLD_SIZE", 1))  # processes under torchrun, each stepping an equal share of the envs
-    if args.num_envs % world_size:
-        fail(f"--num-envs {args.num_envs} is not divisible by the {world_size} processes; pick a multiple of {world_size}")
-    if (batch_size // world_size) % args.num_minibatches:
-        fail(
-            f"each of the {world_size} processes holds {batch_size // world_size} samples, not divisible by --num-minibatches {args.num_minibatches}"
-        )
-    if args.cuda_graphs and (args.target_kl is not None or world_size > 1):
-        fail("--cuda-graphs records the whole minibatch step: it cannot stop at --target-kl or average over torchrun's processes; drop one")
-
-
-def start_up(args: Args, run_name: str) -> tuple:
-    """Run every check that can stop the run before the processes meet (under torchrun, init_distributed then stops them
-    all with the reason if one failed); rank 0 alone reads --resume's checkpoint, and every process gets it. With
-    --eval-checkpoint, evaluate and exit. Returns (rank, world_size, device, the checkpoint to resume or None)."""
-    ckpt, error = None, None
-    try:
-        if args.resume == "auto":  # a restart of the same command line: its checkpoint, where it wrote one
-            if args.run_dir is None or not args.save_model:
-                fail("--resume auto continues the checkpoint in --run-dir: pass --run-dir DIR (the same at every restart) and --save-model")
-            found = os.path.exists(f"{args.run_dir}/{args.exp_name}.pt")  # a directory there: load_checkpoint says so
-            args.resume = f"{args.run_dir}/{args.exp_name}.pt" if found else None
-        check_args(args)
-        if args.resume is not None and args.eval_checkpoint is None and os.environ.get("RANK", "0") == "0":
-            ckpt = load_checkpoint(args.resume, args)
-            defaults = asdict(Args())
-            for name, value in asdict(args).items():  # a resumed run is the same run
-                trained = ckpt["args"].get(name, defaults[name])  # a field added to Args after the save: its default
-                if name not in MAY_CHANGE_ON_RESUME and trained != value:
-                    fail(f"{args.resume!r} was trained with {name}={trained!r}, not {value!r}; pass the same value")
-            processes = int(os.environ.get("WORLD_SIZE", 1))  # torchrun's count; init_distributed comes below
-            if len(ckpt["ranks"]) != processes:
-                fail(f"{args.resume!r} was saved by {len(ckpt['ranks'])} process(es), not {processes}; resume it with as many")
-            probe = make_envs(Args(**{**asdict(args), "capture_video": False}), 1, run_name, rank=0)
-            load_agent(Agent(probe, args), ckpt, args.resume)  # parameters that do not fit: said before anything is written
-            probe.close()
-    except SystemExit as stop:
-        error = stop.code
-    rank, world_size, device, ckpt = init_distributed(args, error, ckpt)
-    args.run_dir = args.run_dir or f"runs/{run_name}"  # after the processes compared their arguments: run_name has the time
-    if args.eval_checkpoint is None:
-        claim_run_dir(args, rank)  # created, locked, written to: before the first env step
-    if args.eval_checkpoint is not None:
-        if rank == 0:  # one process evaluates
-            returns = evaluate(args, f"{run_name}-eval", device)
-            greedy = "greedy" if args.eval_greedy else "sampled"
-            print(f"eval: {len(returns)} episodes ({greedy}), return {np.mean(returns):.2f} ± {np.std(returns):.2f}")
-        raise SystemExit(0)
-    return rank, world_size, device, ckpt
-
-
-def claim_run_dir(args: Args, rank: int):
-    """Create the run's directory and make it this run's, before the first env step: a lock that another process opening
-    the same directory gets a one-line error from (an fcntl lock, which dies with its process: a killed run leaves
-    nothing locked) and a first small write, so that a read-only or full disk is said now, not after the first
-    iterations. Rank 0 writes the directory for every process; under torchrun every process stops with its reason."""
-    reason = lock_run_dir(args) if rank == 0 else None
-    if dist.is_initialized():
-        shared = [reason]
-        dist.broadcast_object_list(shared, src=0)
-        reason = shared[0]
-    if reason is not None:
-        fail(reason)
-
-
-def lock_run_dir(args: Args) -> Optional[str]:
-    """claim_run_dir's work on rank 0: None, holding the lock in RUN_DIR_LOCK, or why the directory cannot be this run's."""
-    run_dir, model_path = args.run_dir, f"{args.run_dir}/{args.exp_name}.pt"
-    cannot = "pass a directory this user can write, on a disk with free space"
-    if args.save_model and os.path.isdir(model_path):
-        return f"{model_path!r}, where --save-model writes the checkpoint, is a directory; move it away, or pass another --exp-name"
-    try:
-        os.makedirs(run_dir, exist_ok=True)
-        lock = open(f"{run_dir}/.lock", "a+")
-    except OSError as e:
-        return f"cannot write to --run-dir {run_dir!r} ({e.strerror}); {cannot}"
-    try:
-        import fcntl  # POSIX; elsewhere (Windows) the directory is not locked
-
-        fcntl.lockf(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except ImportError:
-        pass
-    except OSError:
-        lock.seek(0)
-        holder = lock.read().strip() or "?"
-        lock.close()
-        return f"--run-dir {run_dir!r} is in use by the run of process {holder}; let it finish (or stop it), or pass another --run-dir"
-    try:
-        lock.truncate(0)
-        lock.write(f"{os.getpid()}\n")
-        lock.flush()
-        os.fsync(lock.fileno())
-    except OSError as e:
-        lock.close()
-        return f"cannot write to --run-dir {run_dir!r} ({e.strerror}); {cannot}"
-    RUN_DIR_LOCK[:] = [lock]  # held until close_run (or the process ends)
-    return None
-
-
-def load_checkpoint(path: str, args: Args) -> dict:
-    """Load a checkpoint of this script, this format and this env, or fail with the reason."""
-    if os.path.isdir(path):
-        fail(f"checkpoint {path!r} is a directory, not a file saved with --save-model; pass the file's path, or move the directory away")
-    if not os.path.isfile(path):
-        fail(f"checkpoint {path!r} does not exist; pass the path of a file saved with --save-model")
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as e:
-        fail(f"checkpoint {path!r} could not be read ({type(e).__name__}); it is corrupt or not a checkpoint")
-    script = os.path.basename(__file__)
-    if not isinstance(ckpt, dict) or not {"script", "args", "agent"} <= ckpt.keys():
-        fail(f"{path!r} is not a checkpoint saved by {script} --save-model")
-    if ckpt["script"] != script:
-        fail(f"{path!r} was saved by {ckpt['script']}, not {script}; run it with {ckpt['script']}")
-    if ckpt.get("format", 1) != CHECKPOINT_FORMAT:
-        fail(
-            f"{path!r} has checkpoint format {ckpt.get('format', 1)}, this {script} reads format {CHECKPOINT_FORMAT}; "
-            "use the version of the script that saved it"
-        )
-    missing = [key for key in ("optimizer", "global_step", "iteration", "ranks") if key not in ckpt]
-    if missing:
-        fail(f"{path!r} has no {', '.join(map(repr, missing))}: it is not a whole checkpoint of {script}; pass one saved with --save-model")
-    if ckpt["args"]["env_id"] != args.env_id:
-        fail(f"{path!r} was trained on {ckpt['args']['env_id']}; pass --env-id {ckpt['args']['env_id']}")
-    return ckpt
-
-
-def load_agent(agent, ckpt: dict, path: str):
-    """The checkpoint's parameters into `agent`, or a one-line error when they do not fit its architecture."""
-    mine, saved = agent.state_dict(), ckpt["agent"]
-    differ = sorted(k for k in mine.keys() | saved.keys() if k not in mine or k not in saved or mine[k].shape != saved[k].shape)
-    if differ:  # missing, unexpected or differently shaped parameters
-        fail(
-            f"{path!r} does not fit this Agent (parameters {', '.join(differ[:2])}{', ...' if len(differ) > 2 else ''} differ in name or "
-            f"shape); it was saved by another version of {os.path.basename(__file__)} or an edited Agent"
-        )
-    agent.load_state_dict(saved)
-
-
-def moved(carry: tuple, to) -> tuple:
-    """Copies of carry's tensors (nested in tuples) on the device `to`, or each on the device of its counterpart in `to`,
-    a carry of the same shape (a script may keep part of it on the host)."""
-    return tuple(
-        moved(x, y) if isinstance(x, tuple) else x.to(getattr(y, "device", y), copy=True)
-        for x, y in zip(carry, to if isinstance(to, tuple) else [to] * len(carry), strict=True)
-    )
-
-
-def make_checkpoint(args: Args, agent, optimizer, envs, global_step: int, iteration: int, carry: tuple) -> dict:
-    """Everything needed to continue after `iteration`, copied so that training can go on: carry is what the loop takes
-    from one iteration to the next (next_obs, next_done, ...). What differs between processes under torchrun (envs,
-    carry, RNGs) is gathered from every one into "ranks" on rank 0."""
-    try:
-        env_state = pickle.dumps(envs.envs)  # the sub-envs mid-episode, with their RNGs and wrappers
-    except Exception:
-        env_state = None  # video recorders and C++ vector envs do not pickle: resume then starts new episodes
-    own = {
-        "envs": env_state,
-        "carry": moved(carry, torch.device("cpu")),
-        "normalization": copy.deepcopy(getattr(envs, "normalization", None)),  # running statistics, where the envs keep some
-        "rng": {
-            "python": random.getstate(),
-            "numpy": np.random.get_state(),
-            "torch": torch.get_rng_state(),
-            "cuda": torch.cuda.get_rng_state() if carry[0].is_cuda else None,
-        },
-    }
-    return {
-        "format": CHECKPOINT_FORMAT,
-        "script": os.path.basename(__file__),
-        "args": asdict(args),
-        "agent": copy.deepcopy(agent.state_dict()),
-        "optimizer": copy.deepcopy(optimizer.state_dict()),
-        "global_step": global_step,
-        "iteration": iteration,
-        "ranks": gather(own),  # one entry per process
-    }
-
-
-def restore(args: Args, ckpt: Optional[dict], rank: int, agent, optimizer, envs, carry: tuple) -> tuple:
-    """Continue where make_checkpoint left off: agent, optimizer, this process's envs mid-episode with the carry, its
-    RNGs; returns (global_step, first iteration, carry). Without a checkpoint: (0, 1, the fresh carry)."""
-    if ckpt is None:
-        return 0, 1, carry
-    own = ckpt["ranks"][rank]  # this process's envs, carry and RNGs
-    load_agent(agent, ckpt, args.resume)
-    load_optimizer(optimizer, ckpt["optimizer"])
-    if own["normalization"] is not None:
-        envs.normalization = own["normalization"]
-    if own["envs"] is not None:
-        envs.envs[:] = pickle.loads(own["envs"])
-        carry = moved(own["carry"], carry)
-    else:  # new episodes, seen through the checkpoint's normalization statistics, from seeds this run has not played
-        next_obs, _ = envs.reset(seed=args.seed + ckpt["global_step"] + rank * envs.num_envs)
-        carry = (torch.as_tensor(next_obs, dtype=carry[0].dtype, device=carry[0].device), *carry[1:])
-        if rank == 0:
-            print("notice: the checkpoint holds no env state (C++ vector envs and video recorders do not pickle); new episodes start here")
-    random.setstate(own["rng"]["python"])
-    np.random.set_state(own["rng"]["numpy"])
-    torch.set_rng_state(own["rng"]["torch"])
-    if carry[0].is_cuda and own["rng"]["cuda"] is not None:
-        torch.cuda.set_rng_state(own["rng"]["cuda"])
-    if rank == 0:
-        print(f"resumed from {args.resume} at iteration {ckpt['iteration']} (step {ckpt['global_step']})")
-    return ckpt["global_step"], ckpt["iteration"] + 1, carry
-
-
-def save_checkpoint(checkpoint: dict, path: str, rank: int, final: bool = True) -> float:
-    """Write the checkpoint atomically (a whole file under a temporary name, then renamed over the last one, so that
-    a kill or a full disk mid-write leaves the previous checkpoint); rank 0 holds every process's part. Returns when it
-    was written; a failed write raises OSError, which the run reports in one line (write_error)."""
-    if rank == 0:
-        buffer = io.BytesIO()
-        torch.save(checkpoint, buffer)  # in memory first: a failed write below is the disk's, with its reason
-        try:
-            with open(f"{path}.tmp", "wb") as f:
-                f.write(buffer.getbuffer())
-                f.flush()
-                os.fsync(f.fileno())  # on the disk before it replaces the last one
-            os.replace(f"{path}.tmp", path)
-        except OSError as e:
-            with contextlib.suppress(OSError):
-                os.remove(f"{path}.tmp")  # no partial file left to fill the disk
-            raise OSError(
-                e.errno, f"the checkpoint of iteration {checkpoint['iteration']} could not be written ({e.strerror})", path
-            ) from None
-        if final:
-            print(f"checkpoint of iteration {checkpoint['iteration']} saved to {path}")
-    return time.time()
-
-
-def evaluate(args: Args, run_name: str, device: torch.device) -> list:
-    """Play `args.eval_episodes` episodes with a saved agent, in envs made as in its training (frozen normalization
-    statistics too), and return their returns."""
-    ckpt = load_checkpoint(args.eval_checkpoint, args)
-    trained = Args(**{**ckpt["args"], "capture_video": args.capture_video, "eval_checkpoint": args.eval_checkpoint})
-    envs = make_envs(trained, 1, run_name, rank=0)
-    if ckpt["ranks"][0]["normalization"] is not None:
-        envs.normalization = ckpt["ranks"][0]["normalization"]
-    agent = Agent(envs, trained).to(device)
-    load_agent(agent, ckpt, args.eval_checkpoint)
-    torch.manual_seed(args.seed)  # sampled actions: the same seed plays the same episodes
-    obs, _ = envs.reset(seed=args.seed)
-    done, memory = torch.zeros(1, device=device), None
-    episodic_returns = []
-    while len(episodic_returns) < args.eval_episodes:
-        with torch.inference_mode():
-            x = torch.as_tensor(obs, dtype=torch.uint8 if obs.dtype == np.uint8 else torch.float32, device=device)
-            action, memory = eval_action(agent, x, done, args.eval_greedy, memory)
-        obs, _, terminations, truncations, infos = envs.step(action.cpu().numpy())
-        done = torch.as_tensor(terminations | truncations, dtype=torch.float32, device=device)
-        for _, episode_return, _ in ended_episodes(infos, 0):
-            episodic_returns.append(episode_return)
-            print(f"eval episode {len(episodic_returns)}: return {episode_return:.2f}")
-    envs.close()
-    return episodic_returns
-
-
-def init_distributed(args: Args, error, ckpt: Optional[dict]) -> tuple:
-    """Under torchrun, join the process group (NCCL between GPUs, one per local rank; gloo on CPUs) and
-    return (rank, world_size, device, ckpt); a plain `python` run is rank 0 of 1 and has no process group.
-    error: the exit of a start-up check that failed in this process (None if all passed); if any process has
-    one, every process stops with its reason. ckpt: the checkpoint to resume, read by rank 0 alone and sent
-    to every process (so that on several machines the file need only be on rank 0's)."""
-    rank, world_size = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-    if world_size == 1 and error is not None:
-        raise SystemExit(error)
-    cuda = args.cuda and torch.cuda.is_available()
-    if args.cuda and not cuda and rank == 0:
-        print("notice: CUDA is not available, running on CPU")
-    if world_size == 1:
-        return 0, 1, torch.device("cuda" if cuda else "cpu"), ckpt
-    local_rank, local_size = int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"])
-    if cuda and local_size > torch.cuda.device_count():
-        fail(
-            f"{local_size} processes on this machine for {torch.cuda.device_count()} GPU(s); pass --nproc-per-node {torch.cuda.device_count()}, or --no-cuda"
-        )
-    device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
-    if cuda:
-        torch.cuda.set_device(device)
-    # Import torch._dynamo (torch.optim loads it lazily) before the group exists: modules it loads capture the default group
-    # as a default argument, which would keep it and its threads past destroy_process_group (and abort at exit).
-    import torch._dynamo as _dynamo  # noqa: F401  (as a new name: `import torch._dynamo` would make `torch` a local)
-
-    # torchrun --max-restarts keeps its store across restarts: each attempt's keys go under a prefix of their own, or the
-    # processes of a restart could read the addresses of the dead ones
-    # (no name holds the store: a start-up error's traceback would keep it, and its threads, past the group's end)
-    attempt = f"attempt{os.environ.get('TORCHELASTIC_RESTART_COUNT', 0)}"
-    backend = "cpu:gloo,cuda:nccl" if cuda else "gloo"
-    dist.init_process_group(backend, store=dist.PrefixStore(attempt, next(dist.rendezvous("env://"))[0]), rank=rank, world_size=world_size)
-    everyone = [None] * world_size
-    dist.all_gather_object(everyone, (asdict(args), error))
-    for name, value in everyone[0][0].items():
-        if any(other[name] != value for other, _ in everyone):
-            values = ", ".join(sorted({repr(other[name]) for other, _ in everyone}))
-            fail(f"the processes were started with different arguments ({name}: {values}); give them one command line")
-    reasons = [(r, e) for r, (_, e) in enumerate(everyone) if isinstance(e, str)]  # machines' first processes carry them
-    if reasons:
-        r, reason = reasons[0]
-        fail(reason.removeprefix("error: ") + (f" (on rank {r})" if r > 0 else ""))
-    if any(e is not None for _, e in everyone):
-        fail("a process stopped at start-up; its machine's first process says why")
-    if args.resume is not None and args.eval_checkpoint is None:
-        shared = [ckpt]
-        dist.broadcast_object_list(shared, src=0)
-        ckpt = shared[0]
-    return rank, world_size, device, ckpt
-
-
-def broadcast_parameters(agent: nn.Module):
-    """Under torchrun, every process starts from rank 0's initialization."""
-    if dist.is_initialized():
-        for param in agent.parameters():
-            dist.broadcast(param.data, src=0)
-
-
 def all_mean(x: torch.Tensor) -> torch.Tensor:
-    """The mean of x over every process (x itself in a plain run)."""
+    """The mean of x over torchrun's processes (x itself in a plain run)."""
     if dist.is_initialized():
         x = x.clone()
         dist.all_reduce(x)
@@ -817,7 +471,7 @@ def all_mean(x: torch.Tensor) -> torch.Tensor:
 
 
 def whole_mean_std(x: torch.Tensor) -> tuple:
-    """Mean and std of x pooled over every process's equal share (x.mean(), x.std() in a plain run)."""
+    """Mean and standard deviation of x pooled over every process's equal share (x.mean(), x.std() in a plain run)."""
     if not dist.is_initialized():
         return x.mean(), x.std()
     mean = all_mean(x.mean())
@@ -826,32 +480,26 @@ def whole_mean_std(x: torch.Tensor) -> tuple:
 
 
 def average_gradients(agent: nn.Module):
-    """Average every gradient over the processes in one collective, so that they all take the same step."""
+    """Every gradient averaged over the processes, in one collective, so that they all take the same step."""
     if dist.is_initialized():
         grads = [p.grad for p in agent.parameters()]
-        flat = all_mean(torch.cat([g.flatten() for g in grads]))
-        for grad, chunk in zip(grads, flat.split([g.numel() for g in grads]), strict=True):
-            grad.copy_(chunk.view_as(grad))
-
-
-def gather(obj) -> Optional[list]:
-    """Every process's obj in rank order, on rank 0 (None on the others); [obj] in a plain run."""
-    if not dist.is_initialized():
-        return [obj]
-    objs = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
-    dist.gather_object(obj, objs)
-    return objs
+        means = all_mean(torch.cat([g.flatten() for g in grads])).split([g.numel() for g in grads])
+        for grad, mean in zip(grads, means, strict=True):
+            grad.copy_(mean.view_as(grad))
 
 
 def make_update(args: Args, agent: nn.Module, device: torch.device) -> tuple:
-    """(Adam, the rollout's policy forward, the update's minibatch step). With --cuda-graphs on CUDA, the forward and the
-    step are recorded in CUDA graphs and replayed, and Adam runs fused and capturable, its learning rate a tensor on the
-    GPU that the recorded step reads (set_learning_rate fills it); elsewhere both run as they are, with foreach Adam."""
+    """(Adam, the rollout's policy forward, the minibatch step), every process from rank 0's parameters. With --cuda-graphs
+    on CUDA the forward and the step replay CUDA graphs, and Adam is fused and capturable, reading a learning-rate tensor."""
+    if dist.is_initialized():
+        for param in agent.parameters():
+            dist.broadcast(param.data, src=0)
     graphs = args.cuda_graphs and device.type == "cuda"
     if args.cuda_graphs and not graphs:
         print("notice: --cuda-graphs needs CUDA; on the CPU the policy and the update run as they are")
     if not graphs:
-        return optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, foreach=True), agent.get_action_and_value, update_minibatch
+        optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, foreach=True)
+        return optimizer, agent.get_action_and_value, update_minibatch
     lr = torch.tensor(args.learning_rate, device=device)
     optimizer = optim.Adam(agent.parameters(), lr=lr, eps=1e-5, fused=True, capturable=True)
     return optimizer, CudaGraph(agent.get_action_and_value), CudaGraph(update_minibatch)
@@ -859,44 +507,37 @@ def make_update(args: Args, agent: nn.Module, device: torch.device) -> tuple:
 
 def set_learning_rate(optimizer: optim.Optimizer, lr: float):
     """The learning rate of the next steps: in place where a recorded step reads it from a tensor (--cuda-graphs)."""
-    group = optimizer.param_groups[0]
-    if isinstance(group["lr"], torch.Tensor):
-        group["lr"].fill_(lr)
+    if isinstance(optimizer.param_groups[0]["lr"], torch.Tensor):
+        optimizer.param_groups[0]["lr"].fill_(lr)
     else:
-        group["lr"] = lr
+        optimizer.param_groups[0]["lr"] = lr
 
 
 def load_optimizer(optimizer: optim.Optimizer, saved: dict):
-    """A checkpoint's Adam state into `optimizer`, which keeps how it runs (foreach, or fused and capturable) and where its
-    learning rate lives (a float, or the GPU tensor a recorded step reads), whatever the checkpoint's run used:
-    load_state_dict alone would put the saved options and the saved learning rate, loaded to the CPU, in their place."""
-    mine = optimizer.param_groups[0]
-    options = {name: mine[name] for name in ("foreach", "fused", "capturable")}
-    groups = [{**group, **options, "lr": float(group["lr"])} for group in saved["param_groups"]]
-    lr = mine["lr"]
-    optimizer.load_state_dict({**saved, "param_groups": groups})  # Adam's step counts go where these options need them
-    if isinstance(lr, torch.Tensor):  # the tensor the recorded step reads, now holding the saved learning rate
-        optimizer.param_groups[0]["lr"] = lr.fill_(optimizer.param_groups[0]["lr"])
+    """A saved Adam state into `optimizer`, which keeps its own options and learning rate's place (a float or a tensor)."""
+    mine = {name: optimizer.param_groups[0][name] for name in ("foreach", "fused", "capturable", "lr")}
+    optimizer.load_state_dict({**saved, "param_groups": [{**group, **mine} for group in saved["param_groups"]]})
+    set_learning_rate(optimizer, float(saved["param_groups"][0]["lr"]))
 
 
-def tensors_of(items: tuple) -> list:
-    """The tensors in items, in order, in tuples nested to any depth (a minibatch may hold a recurrent state (h, c))."""
-    return [t for item in items for t in (tensors_of(item) if isinstance(item, tuple) else [item]) if isinstance(t, torch.Tensor)]
-
-
-def copied(item):
-    """item with each tensor in it, in tuples nested to any depth, replaced by a copy."""
-    return tuple(map(copied, item)) if isinstance(item, tuple) else item.clone() if isinstance(item, torch.Tensor) else item
+def walk(fn: Callable, item, *like):
+    """fn(tensor, *its counterparts in `like`) for each tensor in item, in tuples nested to any depth (a recurrent state),
+    returned in a tuple of the same shape (anything else as it is)."""
+    if isinstance(item, tuple):
+        return tuple(walk(fn, *parts) for parts in zip(item, *like, strict=True))
+    return fn(item, *like) if isinstance(item, torch.Tensor) else item
 
 
 class CudaGraph:
-    """fn(*args) recorded once in a CUDA graph and replayed: one launch instead of one per kernel. The first `warmup`
-    calls run as they are (on a side stream, as CUDA graphs need); the next one records it on copies of its tensor
-    arguments (in tuples too), and every later call copies its own into those before the replay. The outputs are the
-    recorded ones, overwritten by the next call. fn must do the same work on every call: no branch on a tensor's value."""
+    """fn(*args) recorded once in a CUDA graph and replayed: one launch instead of one per kernel. The first `warmup` calls
+    run as they are, on a side stream; the next records fn on copies of its tensor arguments, into which each later call
+    copies its own before the replay. The outputs are the recorded ones, overwritten by the next call. fn must do the
+    same work on every call: no branch on a tensor's value."""
 
     def __init__(self, fn: Callable, warmup: int = 3):
-        self.fn, self.warmup, self.graph = fn, warmup, None
+        self.fn = fn
+        self.warmup = warmup
+        self.graph = None
 
     def __call__(self, *args):
         if self.graph is None and self.warmup > 0:
@@ -908,169 +549,353 @@ class CudaGraph:
             torch.cuda.current_stream().wait_stream(stream)
             return out
         if self.graph is None:
-            static = copied(args)
-            self.graph, self.inputs = torch.cuda.CUDAGraph(), tensors_of(static)
+            self.inputs = walk(torch.clone, args)
+            self.graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(self.graph):
-                self.outputs = self.fn(*static)
-        for mine, given in zip(self.inputs, tensors_of(args), strict=True):
-            mine.copy_(given)
+                self.outputs = self.fn(*self.inputs)
+        walk(torch.Tensor.copy_, self.inputs, args)
         self.graph.replay()
         return self.outputs
 
 
-def make_writer(args: Args, run_name: str, rank: int, ckpt: Optional[dict]) -> Optional[SummaryWriter]:
-    """TensorBoard at --run-dir (and wandb with --track) on rank 0, which records the whole run; None elsewhere. A resumed
-    run hides what an earlier run in the same directory logged after the checkpoint (TensorBoard's purge_step)."""
+def evaluate(args: Args, agent: Agent, envs: gym.vector.VectorEnv, ckpt: dict, device: torch.device):
+    """Play --eval-episodes episodes with the checkpoint's agent (on rank 0), its most likely action (--eval-greedy) or a
+    sampled one, in envs made as in its training; print their returns, and exit."""
+    if int(os.environ.get("RANK", 0)) == 0:
+        load_agent(agent, ckpt, args.eval_checkpoint)
+        greedy = args.eval_greedy
+        torch.manual_seed(args.seed)  # sampled actions: the same seed plays the same episodes
+        obs, _ = envs.reset(seed=args.seed)
+        returns = []
+        while len(returns) < args.eval_episodes:
+            with torch.inference_mode():
+                x = torch.as_tensor(obs, device=device)
+                action = agent.actor(agent.network(x / 255)).argmax(1) if greedy else agent.get_action_and_value(x)[0]
+            envs.send(action.cpu().numpy())
+            obs, _, _, _, infos = envs.recv()
+            for _, episode_return, _ in ended_episodes(infos, 0):
+                returns.append(episode_return)
+                print(f"eval episode {len(returns)}: return {episode_return:.2f}")
+        if args.capture_video and hasattr(envs, "envs"):  # gymnasium's recorder: no video of the episode begun after the last
+            envs.envs[0].set_wrapper_attr("recording", False)
+            envs.envs[0].set_wrapper_attr("recorded_frames", [])
+        how = "greedy" if greedy else "sampled"
+        videos = f"; videos in videos/{os.path.basename(args.run_dir)}/" if args.capture_video else ""
+        print(f"eval: {len(returns)} episodes ({how}), return {np.mean(returns):.2f} ± {np.std(returns):.2f}{videos}")
+    envs.close()
+    raise SystemExit(0)
+
+
+# ==================================================================================================================
+# RUN MANAGEMENT: checks, torchrun's start, the checkpoint (save and restore side by side), logging and stop signals.
+# Identical in all four scripts (tests/test_drift.py pins it), no part of the algorithm: a first reading can skip it.
+# ==================================================================================================================
+
+CHECKPOINT_FORMAT = 3  # raised whenever what a checkpoint holds changes; another format gets a one-line error
+# what --resume and --eval-checkpoint may change (how the run runs and is recorded); the rest is the checkpoint's
+MAY_CHANGE_ON_RESUME = (
+    "exp_name seed torch_deterministic cuda track wandb_project_name wandb_entity capture_video save_model save_every "
+    "run_dir resume eval_checkpoint eval_episodes eval_greedy env_threads env_groups"
+).split()
+RUN = {"lock": None, "signals": [], "saved_at": time.time(), "saved": None}  # this run's dir lock, stop signals, last save
+
+
+def fail(message: str):
+    """Stop with a one-line error instead of a traceback; under torchrun every process stops, and rank 0 says why."""
+    says = os.environ.get("RANK" if dist.is_initialized() else "LOCAL_RANK", "0") == "0"
+    if dist.is_initialized():
+        dist.destroy_process_group()  # now, not during interpreter shutdown
+    raise SystemExit(f"error: {message}" if says else 1)
+
+
+def check_args(args: Args):
+    positive = ("total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs", "eval_episodes")
+    for name in (*positive, "learning_rate", "clip_coef", "max_grad_norm", "target_kl"):
+        if getattr(args, name) is not None and not getattr(args, name) > 0:
+            fail(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
+    for name in ("ent_coef", "vf_coef", "save_every"):
+        if getattr(args, name) is not None and not getattr(args, name) >= 0:
+            fail(f"--{name.replace('_', '-')} must be non-negative, got {getattr(args, name)}")
+    for name in ("gamma", "gae_lambda"):
+        if not 0 <= getattr(args, name) <= 1:
+            fail(f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(args, name)}")
+    if args.capture_video and importlib.util.find_spec("moviepy") is None:  # gymnasium's RecordVideo writes with it
+        fail("--capture-video writes videos with moviepy, which does not import here; pip install moviepy")
+    check_env(args)  # the env's kind, and what this script's domain adds to these checks
+    batch_size = args.num_envs * args.num_steps
+    processes = int(os.environ.get("WORLD_SIZE", 1))  # under torchrun, each steps an equal share of the envs
+    if batch_size % args.num_minibatches:
+        fail(f"num_envs * num_steps = {batch_size} is not divisible by --num-minibatches {args.num_minibatches}")
+    if args.norm_adv and batch_size // args.num_minibatches < 2:
+        fail("a minibatch of 1 sample cannot normalize advantages; use fewer --num-minibatches or --no-norm-adv")
+    if args.eval_checkpoint is None and args.total_timesteps < batch_size:
+        fail(f"--total-timesteps {args.total_timesteps} is less than one batch (num_envs * num_steps = {batch_size})")
+    if args.num_envs % processes or batch_size // processes % args.num_minibatches:
+        fail(f"--num-envs {args.num_envs} does not split into {processes} processes of whole minibatches")
+    if args.cuda_graphs and (args.target_kl is not None or processes > 1):
+        fail("--cuda-graphs records the whole minibatch step: it cannot stop at --target-kl or average over processes")
+
+
+def start_up(args: Args) -> tuple:
+    """Checks, --resume's or --eval-checkpoint's checkpoint, torchrun's process group: (rank, world_size, device, ckpt)."""
+    ckpt, error = None, None
+    try:
+        ckpt = from_checkpoint(args)
+        check_args(args)
+    except SystemExit as stop:
+        error = stop.code
+    rank = int(os.environ.get("RANK", 0))
+    world_size = int(os.environ.get("WORLD_SIZE", 1))
+    cuda = args.cuda and torch.cuda.is_available()
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else torch.device("cpu")
+    if world_size > 1:
+        # torch._dynamo (torch.optim loads it lazily), imported before the group exists, lets go of the group at its end
+        importlib.import_module("torch._dynamo")
+        # torchrun --max-restarts keeps its store: an attempt's keys apart from those of the dead processes before it
+        store = dist.PrefixStore(f"restart{os.environ['TORCHELASTIC_RESTART_COUNT']}", next(dist.rendezvous("env://"))[0])
+        dist.init_process_group("cpu:gloo,cuda:nccl" if cuda else "gloo", store=store, rank=rank, world_size=world_size)
+        everyone = [None] * world_size
+        dist.all_gather_object(everyone, (asdict(args), error))
+        differ = [name for name, value in everyone[0][0].items() if any(other[name] != value for other, _ in everyone)]
+        reasons = [e for _, e in everyone if isinstance(e, str)]  # the first process of each machine has its reason
+        reasons += [f"error: the processes were started with different arguments ({', '.join(differ)})"] if differ else []
+        error = reasons[0] if reasons else error
+    if error is not None:
+        fail(str(error).removeprefix("error: "))
+    if cuda:
+        torch.cuda.set_device(device)
+    elif args.cuda and rank == 0:
+        print("notice: CUDA is not available, running on CPU")
+    args.run_dir = args.run_dir or f"runs/{args.env_id.replace('/', '_')}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    return rank, world_size, device, ckpt
+
+
+def from_checkpoint(args: Args) -> Optional[dict]:
+    """The checkpoint of --resume or --eval-checkpoint, or None; the run takes its settings where no flag differs."""
+    model_path = f"{args.run_dir}/{args.exp_name}.pt"
+    if args.resume == "auto" and (args.run_dir is None or not args.save_model):
+        fail("--resume auto continues the checkpoint in --run-dir: pass --run-dir DIR and --save-model")
+    if args.resume == "auto":  # a restart of the same command line: its checkpoint, where it wrote one
+        args.resume = model_path if os.path.exists(model_path) else None
+    elif args.resume is None and args.eval_checkpoint is None and os.path.isfile(model_path):
+        fail(f"--run-dir {args.run_dir!r} holds a checkpoint: continue it with --resume auto, or pass another --run-dir")
+    path = args.eval_checkpoint or args.resume
+    if path is None:
+        return None
+    script = os.path.basename(__file__)
+    if not os.path.isfile(path):
+        fail(f"checkpoint {path!r} is not a file; pass the path of one that --save-model wrote")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as e:
+        fail(f"checkpoint {path!r} could not be read ({type(e).__name__}); it is corrupt or not a checkpoint")
+    if isinstance(ckpt, dict) and ckpt.get("script", script) != script:
+        fail(f"{path!r} was saved by {ckpt['script']}, not {script}; run it with {ckpt['script']}")
+    parts = {"format", "args", "agent", "optimizer", "global_step", "iteration", "ranks"}
+    if not isinstance(ckpt, dict) or not parts <= ckpt.keys() or ckpt["format"] != CHECKPOINT_FORMAT:
+        fail(f"{path!r} is not a whole checkpoint of this {script}; pass one its --save-model wrote")
+    saved = {**ckpt["args"], "run_dir": ckpt["args"]["run_dir"] if args.eval_checkpoint else os.path.dirname(path) or "."}
+    given = tyro.cli(Args, default=Args(**saved))  # the command line again, over the checkpoint's settings
+    differ = [name for name in saved if name not in MAY_CHANGE_ON_RESUME and getattr(given, name) != saved[name]]
+    if args.resume and given.total_timesteps > saved["total_timesteps"]:
+        differ.remove("total_timesteps")  # trained further
+    if differ:
+        settings = ", ".join(f"{name}={saved[name]!r} (not {getattr(given, name)!r})" for name in differ)
+        fail(f"{path!r} keeps the settings it was trained with: {settings}; drop those flags")
+    vars(args).update(vars(given), resume=args.resume)
+    if args.eval_checkpoint is not None:  # one env in each process (rank 0 plays), its videos in videos/{run}-eval
+        args.num_envs = int(os.environ.get("WORLD_SIZE", 1))
+        args.run_dir = f"{args.run_dir}-eval"
+    return ckpt
+
+
+def load_agent(agent: nn.Module, ckpt: dict, path: str):
+    """The checkpoint's parameters into `agent`, or a one-line error where they do not fit it."""
+    try:
+        agent.load_state_dict(ckpt["agent"])
+    except RuntimeError as e:  # missing, unexpected or reshaped parameters: torch's second line names the first of them
+        fail(f"{path!r} does not fit this Agent ({str(e).splitlines()[1].strip()}); an edited Agent, or another version's")
+
+
+def save_checkpoint(args: Args, rank: int, agent, optimizer, envs, global_step: int, iteration: int, carry: tuple):
+    """Write what continuing after `iteration` needs (carry: what the loop takes to the next one), atomically."""
+    try:
+        env_state = pickle.dumps(envs.envs) if hasattr(envs, "envs") else None  # the sub-envs mid-episode, with their RNGs
+    except (pickle.PicklingError, TypeError):
+        env_state = None  # video recorders do not pickle (ale-py's vector env has no sub-envs): resume starts new episodes
+    rng = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    rng["cuda"] = torch.cuda.get_rng_state() if carry[0].is_cuda else None
+    wrapper = {name: getattr(envs, name) for name in getattr(envs, "checkpointed", ())}  # a vector wrapper's own state
+    ranks = gather({"envs": env_state, "wrapper": wrapper, "carry": walk(torch.Tensor.cpu, carry), "rng": rng})
+    if rank > 0:
+        return
+    checkpoint = {"format": CHECKPOINT_FORMAT, "script": os.path.basename(__file__), "args": asdict(args), "ranks": ranks}
+    checkpoint.update(agent=agent.state_dict(), optimizer=optimizer.state_dict(), global_step=global_step, iteration=iteration)
+    path = f"{args.run_dir}/{args.exp_name}.pt"
+    buffer = io.BytesIO()
+    torch.save(checkpoint, buffer)  # in memory first: a failed write below is the disk's
+    try:
+        with open(f"{path}.tmp", "wb") as f:
+            f.write(buffer.getbuffer())
+            f.flush()
+            os.fsync(f.fileno())  # on the disk before it replaces the last one
+        os.replace(f"{path}.tmp", path)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            os.remove(f"{path}.tmp")  # no partial file left to fill the disk
+        raise OSError(e.errno, f"the checkpoint of iteration {iteration} could not be written ({e.strerror})", path) from None
+    RUN["saved"] = iteration
+
+
+def restore(args: Args, ckpt: Optional[dict], rank: int, agent, optimizer, envs, carry: tuple) -> tuple:
+    """Continue where save_checkpoint left off; returns (global_step, first iteration), (0, 1) for a new run."""
+    if ckpt is None:
+        return 0, 1
+    own = ckpt["ranks"][rank]
+    load_agent(agent, ckpt, args.resume)
+    load_optimizer(optimizer, ckpt["optimizer"])
+    vars(envs).update(own["wrapper"])
+    if own["envs"] is not None:
+        envs.envs[:] = pickle.loads(own["envs"])
+        walk(torch.Tensor.copy_, carry, own["carry"])
+    else:  # new episodes, seen through the checkpoint's normalization statistics, from seeds this run has not played
+        carry[0].copy_(torch.as_tensor(envs.reset(seed=args.seed + ckpt["global_step"] + rank * envs.num_envs)[0]))
+        if rank == 0:
+            print("notice: the checkpoint holds no env state (video recorders, C++ vector envs): new episodes start")
+    random.setstate(own["rng"]["python"])
+    np.random.set_state(own["rng"]["numpy"])
+    torch.set_rng_state(own["rng"]["torch"])
+    if carry[0].is_cuda and own["rng"]["cuda"] is not None:
+        torch.cuda.set_rng_state(own["rng"]["cuda"])
+    return ckpt["global_step"], ckpt["iteration"] + 1
+
+
+def start_run(args: Args, rank: int, ckpt: Optional[dict]) -> Optional[SummaryWriter]:
+    """Rank 0 claims --run-dir (one run a directory, writable now) and opens TensorBoard there; stop signals are caught."""
+    try:
+        if rank == 0:
+            os.makedirs(args.run_dir, exist_ok=True)
+            RUN["lock"] = open(f"{args.run_dir}/.lock", "a+")  # held until close_run or the end of the process
+            if os.name == "posix":  # an fcntl lock dies with its process: a killed run leaves nothing locked
+                fcntl = importlib.import_module("fcntl")
+                fcntl.lockf(RUN["lock"], fcntl.LOCK_EX | fcntl.LOCK_NB)
+            RUN["lock"].write(f"{os.getpid()}\n")
+            RUN["lock"].flush()
+            os.fsync(RUN["lock"].fileno())
+    except OSError as e:
+        if RUN["lock"] is not None and e.errno in (errno.EACCES, errno.EAGAIN):
+            fail(f"--run-dir {args.run_dir!r} is in use by another run; let it finish (or stop it), or pass another --run-dir")
+        fail(f"cannot write to --run-dir {args.run_dir!r} ({e.strerror}); pass one this user can write, on a disk with space")
+    signal.signal(signal.SIGTERM, stop_signal)
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # nohup and `&` in a script ignore Ctrl-C: so does the run
+        signal.signal(signal.SIGINT, stop_signal)
     if rank > 0:
         return None
+    print(f"run dir {args.run_dir}" + (f", resumed from {args.resume} at iteration {ckpt['iteration']}" if ckpt else ""))
     if args.track:
-        import wandb
-
-        wandb.init(
-            project=args.wandb_project_name,
-            entity=args.wandb_entity,
-            sync_tensorboard=True,
-            config=vars(args),
-            name=run_name,
-            save_code=True,
-        )
-    report = threading.excepthook  # TensorBoard's writer thread fails on a full disk: the next write says it in one line
-    threading.excepthook = lambda hook: None if type(hook.thread).__name__ == "_AsyncWriterThread" else report(hook)
-    try:
-        writer = SummaryWriter(args.run_dir, purge_step=None if ckpt is None else ckpt["global_step"] + 1)
-        writer.add_text(
-            "hyperparameters", "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()]))
-        )
-    except OSError as e:
-        fail(write_error(e, args))
+        wandb = importlib.import_module("wandb")
+        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True, config=vars(args))
+    threading.excepthook = quiet_writer_thread  # TensorBoard's thread fails on a full disk: the next write says it in one line
+    # a resumed run's log goes on in the same directory, TensorBoard hiding what a dead run logged after the checkpoint
+    writer = SummaryWriter(args.run_dir, purge_step=None if ckpt is None else ckpt["global_step"] + 1)
+    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
     return writer
 
 
-def ended_episodes(infos: dict, global_step: int) -> list:
-    """(global_step, return, length) of each episode that ended in a step, from its infos' "final_info" (SAME_STEP mode)."""
-    if "final_info" not in infos or "episode" not in infos["final_info"]:
-        return []
-    episodes = infos["final_info"]["episode"]
-    return [(global_step, float(episodes["r"][i]), int(episodes["l"][i])) for i in np.flatnonzero(infos["final_info"]["_episode"])]
+def quiet_writer_thread(hook):
+    """threading.excepthook, silent for TensorBoard's writer thread, whose failure the next write raises in the run."""
+    if type(hook.thread).__name__ != "_AsyncWriterThread":
+        threading.__excepthook__(hook)
+
+
+def stop_signal(signum, frame):
+    """SIGTERM or Ctrl-C stops the run after this iteration; a second Ctrl-C stops it now, a second SIGTERM kills it."""
+    if signum == signal.SIGINT and RUN["signals"]:
+        raise KeyboardInterrupt
+    RUN["signals"].append(signum)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def gather(obj) -> Optional[list]:
+    """Every process's obj in rank order, on rank 0 (None on the others); [obj] in a plain run."""
+    if not dist.is_initialized():
+        return [obj]
+    objs = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
+    dist.gather_object(obj, objs)
+    return objs
 
 
 def log_episodes(writer: Optional[SummaryWriter], finished: list) -> list:
-    """Write every process's finished episodes, (global_step, return, length), to TensorBoard in the order they ended,
-    and empty `finished`; return their returns (on rank 0; [] on the others)."""
+    """Every process's `finished` episodes to TensorBoard (rank 0), in the order they ended; returns their returns."""
     everywhere = gather(finished.copy())
     finished.clear()
-    if writer is None:
-        return []
-    episodes = sorted(sum(everywhere, []), key=lambda e: e[0])
+    episodes = sorted(sum(everywhere, []), key=lambda episode: episode[0]) if writer is not None else []
     for episode_step, episode_return, episode_length in episodes:
         writer.add_scalar("charts/episodic_return", episode_return, episode_step)
         writer.add_scalar("charts/episodic_length", episode_length, episode_step)
     return [episode_return for _, episode_return, _ in episodes]
 
 
-def update_means(totals: torch.Tensor, num_updates: int) -> dict:
-    """The sums of the update's statistics (STATS) over its minibatch steps to {name: mean over those steps and every
-    process} (zeros where a --target-kl stop came before the first step)."""
-    means = all_mean(totals / max(num_updates, 1)).tolist()
-    return dict(zip(STATS, means, strict=True))
+def end_of_iteration(args: Args, rank: int, agent, optimizer, envs, global_step: int, iteration: int, carry: tuple) -> bool:
+    """Save every --save-every minutes, at the end, and where a signal stops the run (in every process alike): stop?"""
+    due = torch.tensor([RUN["signals"][0] if RUN["signals"] else 0, time.time() - RUN["saved_at"] >= 60 * args.save_every])
+    if dist.is_initialized():
+        dist.all_reduce(due, op=dist.ReduceOp.MAX)  # a CPU tensor: gloo, no device sync
+    signum = int(due[0])
+    if args.save_model and (signum or due[1] or iteration == args.num_iterations):
+        save_checkpoint(args, rank, agent, optimizer, envs, global_step, iteration, carry)
+        RUN["saved_at"] = time.time()
+    if signum and rank == 0:
+        print(f"stopped by {signal.Signals(signum).name} after iteration {iteration}" + (", saved" if args.save_model else ""))
+    return signum > 0
 
 
-def explained_variance(b_values: torch.Tensor, b_returns: torch.Tensor) -> float:
-    """1 - Var(returns - values) / Var(returns) over every process's batch (nan where the returns do not vary)."""
-    everywhere = gather((b_values.cpu().numpy(), b_returns.cpu().numpy()))
-    if everywhere is None:
-        return np.nan  # not rank 0: it logs
-    y_pred, y_true = (np.concatenate(part) for part in zip(*everywhere, strict=True))
-    var_y = np.var(y_true)
-    return np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
-
-
-def catch_stop_signals() -> list:
-    """SIGTERM (kill, docker stop, systemd, Slurm, Kubernetes), and Ctrl-C under torchrun, where it reaches each process
-    at its own point of an iteration: note it here, and stop_requested() stops every process after the same iteration,
-    which the checkpoint keeps. A second SIGTERM kills at once. A plain run's Ctrl-C stops wherever it finds the run
-    (KeyboardInterrupt: the iteration in progress is not whole, the checkpoint keeps the one before). Returns the list of
-    the signals noted, from which close_run takes the exit status."""
-    interrupted = []
-
-    def note(signum, frame):
-        interrupted.append(signum)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the next one cannot wait
-        if signum == signal.SIGINT and not dist.is_initialized():
-            raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, note)
-    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # nohup and `&` in a script ignore Ctrl-C: so does the run
-        signal.signal(signal.SIGINT, note)
-    return interrupted
-
-
-def stop_requested(interrupted: list, device: torch.device) -> int:
-    """The signal that stops the run after this iteration (the same in every process under torchrun), 0 if none."""
-    if not dist.is_initialized():
-        return interrupted[0] if interrupted else 0  # no tensor, no device sync in a plain run
-    signum = torch.tensor(float(interrupted[0] if interrupted else 0), device=device)
-    dist.all_reduce(signum, op=dist.ReduceOp.MAX)
-    return int(signum.item())
-
-
-def write_error(e: OSError, args: Args) -> str:
-    """The one-line reason a write to the run's directory failed (full disk, read-only, no permission); any other
-    OSError is not one of ours to explain, and goes on as it came."""
-    if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO):
-        raise e
-    then = f"--resume {args.run_dir}/{args.exp_name}.pt continues from the last checkpoint written" if args.save_model else "run again"
-    return f"{e.filename or args.run_dir!r}: {e.strerror}; free space there or make it writable, then {then}"
-
-
-def close_run(args: Args, writer: Optional[SummaryWriter], finished: list, error: Optional[str], interrupted: list):
-    """Log the episodes of an interrupted iteration, close TensorBoard and wandb, leave the process group, release the
-    run's directory. Then the exit status: 0 only for a run that reached its end; a failure's one-line error (a NaN, a
-    write that failed), or 128 + the signal that stopped it (143 for SIGTERM, 130 for Ctrl-C), as a shell reports it."""
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the handlers of catch_stop_signals() end with the run
+def close_run(args: Args, rank: int, writer: Optional[SummaryWriter], envs, finished: list, error):
+    """Close everything; exit 0 only for a finished run, else 128 + the stop signal (SIGTERM 143, Ctrl-C 130), or the error."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    envs.close()
     try:
         log_episodes(writer, finished)
         if writer is not None:
             writer.close()
     except OSError as e:  # the log of a full or read-only disk: as far as it got
-        error = error or write_error(e, args)
+        error = error or e
+    if isinstance(error, KeyboardInterrupt):  # a second Ctrl-C: the iteration in progress is lost
+        RUN["signals"].append(signal.SIGINT)
+        error = None
+        if rank == 0:
+            print("interrupted mid-iteration" + (f"; the checkpoint keeps iteration {RUN['saved']}" if RUN["saved"] else ""))
+    if isinstance(error, OSError):  # the one place that explains a failed write: a full or read-only disk, no permission
+        then = (
+            f"--resume {args.run_dir}/{args.exp_name}.pt continues from iteration {RUN['saved']}" if RUN["saved"] else "rerun"
+        )
+        error = f"{error.filename or args.run_dir!r}: {error.strerror}; free space there or make it writable, then {then}"
     if writer is not None and args.track:
-        import wandb
-
-        wandb.finish()
+        importlib.import_module("wandb").finish()
+    if RUN["lock"] is not None:
+        RUN["lock"].close()
     if dist.is_initialized():
         dist.barrier()  # none exits before rank 0 has saved and closed: torchrun stops the others when one exits with an error
-        dist.destroy_process_group()
-    for lock in RUN_DIR_LOCK:
-        lock.close()
-    RUN_DIR_LOCK.clear()
     if error is not None:
         fail(error)
-    if interrupted:
-        raise SystemExit(128 + interrupted[0])
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    if RUN["signals"]:
+        raise SystemExit(128 + RUN["signals"][0])
 
 
 if __name__ == "__main__":
     # ARGUMENTS AND START-UP
     args = tyro.cli(Args)
-    run_name = f"{args.env_id.replace('/', '_')}__{args.exp_name}__{args.seed}__{int(time.time())}"  # ALE/, dm_control/: one directory
-    rank, world_size, device, ckpt = start_up(args, run_name)  # checks, torchrun, --resume's checkpoint; evaluation exits here
+    rank, world_size, device, ckpt = start_up(args)  # checks, torchrun; --resume, --eval-checkpoint: the checkpoint's settings
     args.batch_size = args.num_envs * args.num_steps
     args.minibatch_size = args.batch_size // args.num_minibatches
     args.num_iterations = args.total_timesteps // args.batch_size
-    # this process's share: the whole run's batch is split evenly between the processes
-    num_envs, batch_size, minibatch_size = args.num_envs // world_size, args.batch_size // world_size, args.minibatch_size // world_size
-    if rank == 0:
-        print(
-            f"batch size {args.batch_size}, minibatch size {args.minibatch_size}, "
-            f"{args.num_iterations} iterations of {args.update_epochs} epochs, on {device}"
-            + (f", {world_size} processes of {num_envs} envs" if world_size > 1 else "")
-        )
-
-    # LOGGING
-    writer = make_writer(args, run_name, rank, ckpt)  # one run, one record: rank 0 writes it for every process (None elsewhere)
+    num_envs = args.num_envs // world_size  # this process's share: the run's batch is split evenly between the processes
+    batch_size = args.batch_size // world_size
+    minibatch_size = args.minibatch_size // world_size
 
     # SEEDING
     random.seed(args.seed + rank)  # each process its own streams (rank 0's are those of a plain run)
@@ -1079,43 +904,43 @@ if __name__ == "__main__":
     torch.backends.cudnn.deterministic = args.torch_deterministic
 
     # ENVS
-    envs = make_envs(args, num_envs, run_name, rank)
+    envs = make_vector_env(args, num_envs, rank)
 
     # AGENT AND OPTIMIZER
-    agent = Agent(envs, args).to(device)
-    broadcast_parameters(agent)
-    optimizer, policy, update_step = make_update(args, agent, device)  # with --cuda-graphs on CUDA, both recorded in CUDA graphs
+    agent = Agent(envs).to(device)
+    if args.eval_checkpoint is not None:
+        evaluate(args, agent, envs, ckpt, device)  # plays the saved agent instead of training, and exits
+    optimizer, policy, update_step = make_update(args, agent, device)  # with --cuda-graphs on CUDA, both CUDA graphs
 
     # STORAGE
     # dones[t] = 1 where obs[t] is the first observation of a new episode (the previous step ended one);
     # rewards[t] includes gamma * V(final_obs) where step t hit a time limit (bootstrap_truncation).
     storage_shape = (args.num_steps, num_envs)
-    obs = torch.zeros(storage_shape + envs.single_observation_space.shape, dtype=torch.uint8, device=device)  # 4 stacked 84x84 frames
-    actions = torch.zeros(storage_shape + envs.single_action_space.shape, dtype=torch.long, device=device)  # (num_steps, num_envs)
+    obs = torch.zeros(storage_shape + envs.single_observation_space.shape, dtype=torch.uint8, device=device)  # 4 frames 84x84
+    actions = torch.zeros(storage_shape, dtype=torch.long, device=device)  # (num_steps, num_envs)
     logprobs = torch.zeros(storage_shape, device=device)  # (num_steps, num_envs)
-    # rewards and dones stay on the host (pinned on CUDA) until GAE: a step copies only the observation to the device
-    rewards = torch.zeros(storage_shape, pin_memory=device.type == "cuda")  # (num_steps, num_envs)
-    dones = torch.zeros(storage_shape, pin_memory=device.type == "cuda")  # (num_steps, num_envs)
-    served = torch.zeros(storage_shape, pin_memory=device.type == "cuda")  # (num_steps, num_envs): 1 where the env served
+    rewards = torch.zeros(storage_shape, pin_memory=device.type == "cuda")  # (num_steps, num_envs), on the host until GAE
+    dones = torch.zeros(storage_shape, pin_memory=device.type == "cuda")  # (num_steps, num_envs), on the host (pinned on CUDA)
     values = torch.zeros(storage_shape, device=device)  # (num_steps, num_envs)
-    host_obs = torch.zeros(obs.shape[1:], dtype=torch.uint8, pin_memory=device.type == "cuda").numpy()  # what the envs return
+    serves = torch.zeros(storage_shape, pin_memory=device.type == "cuda")  # (num_steps, num_envs): 1 where the env served
 
     next_obs_np, _ = envs.reset(seed=args.seed + rank * num_envs)  # env seeds: the same set as a plain run's
     envs.action_space.seed(args.seed + rank)
     next_obs = torch.as_tensor(next_obs_np, dtype=obs.dtype, device=device)  # (num_envs, *obs_shape)
     next_done = torch.zeros(num_envs)  # (num_envs,), on the host
-    # --resume: the checkpoint's agent, optimizer, counters, RNGs and envs mid-episode replace the fresh ones
-    global_step, start_iteration, (next_obs, next_done) = restore(args, ckpt, rank, agent, optimizer, envs, (next_obs, next_done))
+    global_step, start_iteration = restore(args, ckpt, rank, agent, optimizer, envs, (next_obs, next_done))  # --resume
+
+    # LOGGING
+    writer = start_run(args, rank, ckpt)  # rank 0 claims --run-dir and opens TensorBoard there (None elsewhere)
+    if rank == 0:
+        processes = f", {world_size} processes of {num_envs} envs" if world_size > 1 else ""
+        print(
+            f"batch {args.batch_size}, minibatch {args.minibatch_size}, {args.num_iterations} iterations, {device}{processes}"
+        )
     recent_returns = deque(maxlen=100)
     finished = []  # (global_step, return, length) of this process's episodes since the last log
-    interrupted = catch_stop_signals()  # the signals that stopped the run (SIGTERM; Ctrl-C)
-    checkpoint, error = None, None  # checkpoint: the state after the last whole iteration, what --save-model writes
-    model_path = f"{args.run_dir}/{args.exp_name}.pt"
-    if args.save_model:
-        checkpoint = make_checkpoint(args, agent, optimizer, envs, global_step, start_iteration - 1, (next_obs, next_done))
-    start_time, start_step = time.time(), global_step
-    saved_at = start_time  # the last periodic write of the checkpoint
-    iteration = start_iteration - 1
+    start_time = time.time()
+    error = None  # what stopped the run early: a NaN, a failed write (OSError), a second Ctrl-C (KeyboardInterrupt)
     try:
         for iteration in range(start_iteration, args.num_iterations + 1):
             # LEARNING-RATE ANNEALING
@@ -1124,39 +949,44 @@ if __name__ == "__main__":
                 set_learning_rate(optimizer, frac * args.learning_rate)
 
             # ROLLOUT
-            # pass `step`, each group in turn: receive its step - 1 (row step - 1), act for row step, send (one steps, one acts)
-            for step in range(0, args.num_steps + 1):  # the last pass only receives
-                global_step += args.num_envs if step > 0 else 0  # the transitions of step - 1, received in this pass
+            in_flight = []  # (row, group, envs) of steps sent, not received: one group steps as the policy acts for the next
+            for step in range(0, args.num_steps):
+                global_step += args.num_envs
                 for g, part in enumerate(envs.parts):
-                    if step > 0:
-                        next_obs_np, reward, terminations, truncations, infos = envs.recv(g)
-                        if args.bootstrap_truncation and "final_obs" in infos:
-                            # a time limit is not the end of the MDP: r + gamma * V(final_obs) (terminations get no bootstrap)
-                            trunc = np.flatnonzero(truncations & ~terminations)
-                            if len(trunc):
-                                final_obs = torch.as_tensor(np.stack(infos["final_obs"][trunc]), dtype=obs.dtype, device=device)
-                                with torch.inference_mode():
-                                    reward[trunc] += args.gamma * agent.get_value(final_obs).cpu().numpy()
-                        rewards[step - 1, part] = torch.as_tensor(reward)
-                        next_done[part] = torch.as_tensor(terminations | truncations)
-                        host_obs[part] = next_obs_np  # pinned on CUDA (numpy's copy: torch's threads stay asleep)
-                        next_obs[part].copy_(torch.from_numpy(host_obs[part]), non_blocking=True)  # the step's one copy
+                    obs[step, part] = next_obs[part]
+                    dones[step, part] = next_done[part]
+                    serves[step, part] = torch.from_numpy(envs.serves[part])  # a new life's first step: the env plays FIRE
+                    with torch.inference_mode():
+                        action, logprob, _, value = policy(next_obs[part])
+                    values[step, part] = value
+                    actions[step, part] = action
+                    logprobs[step, part] = logprob
+                    envs.send(action.cpu().numpy(), g)
+                    in_flight.append((step, g, part))
+                    last = step == args.num_steps - 1 and g == len(envs.parts) - 1  # the rollout's last: receive every group
+                    while len(in_flight) == len(envs.parts) or last and in_flight:
+                        row, group, received = in_flight.pop(0)
+                        next_obs_np, reward, terminations, truncations, infos = envs.recv(group)
+                        trunc = np.flatnonzero(truncations & ~terminations) if args.bootstrap_truncation else []
+                        if len(trunc):  # a time limit is not the end of the MDP: r + gamma * V(final_obs) (terminations: none)
+                            final_obs = torch.as_tensor(np.stack(infos["final_obs"][trunc]), device=device)
+                            with torch.inference_mode():
+                                reward[trunc] += args.gamma * agent.get_value(final_obs).cpu().numpy()
+                        rewards[row, received] = torch.as_tensor(reward)
+                        next_done[received] = torch.as_tensor(terminations | truncations)
+                        next_obs[received] = torch.as_tensor(next_obs_np, device=device)
                         finished.extend(ended_episodes(infos, global_step))
-                    if step < args.num_steps:
-                        obs[step, part] = next_obs[part]
-                        dones[step, part] = next_done[part]
-                        served[step, part] = torch.from_numpy(envs.serving[part])  # a new life's first step: the env plays FIRE
-                        with torch.inference_mode():
-                            action, logprob, _, value = policy(next_obs[part])
-                        values[step, part] = value
-                        actions[step, part] = action
-                        logprobs[step, part] = logprob
-                        envs.send(action.cpu().numpy(), g)
 
             # ADVANTAGES
             with torch.inference_mode():
                 next_value = agent.get_value(next_obs)
-            gae_inputs = (rewards.to(device), values, dones.to(device), next_value, next_done.to(device))  # rewards, dones: host
+            gae_inputs = (
+                rewards.to(device),
+                values,
+                dones.to(device),
+                next_value,
+                next_done.to(device),
+            )  # rewards, dones: host
             advantages, returns = compute_gae(*gae_inputs, args.gamma, args.gae_lambda)
 
             # FLATTEN
@@ -1166,74 +996,49 @@ if __name__ == "__main__":
             b_advantages = advantages.reshape(-1)  # (batch,)
             b_returns = returns.reshape(-1)  # (batch,)
             b_values = values.reshape(-1)  # (batch,)
-            b_served = served.to(device).reshape(-1)  # (batch,)
+            b_serves = serves.to(device).reshape(-1)  # (batch,)
 
             # UPDATE
-            batch = (b_obs, b_logprobs, b_actions, b_advantages, b_returns, b_values, b_served)
+            batch = (b_obs, b_logprobs, b_actions, b_advantages, b_returns, b_values, b_serves)
             b_inds = np.arange(batch_size)
-            totals, num_updates = torch.zeros(len(STATS), device=device), 0  # sums of the update's statistics (STATS)
-            kl_stop = False
+            totals = torch.zeros(len(STATS), device=device)  # sums of the update's statistics (STATS) over its steps
+            num_updates = 0
             for _epoch in range(args.update_epochs):
                 np.random.shuffle(b_inds)
                 epoch_inds = torch.as_tensor(b_inds, device=device)
                 for start in range(0, batch_size, minibatch_size):
                     mb_inds = epoch_inds[start : start + minibatch_size]
                     minibatch_stats = update_step(args, agent, optimizer, tuple(b[mb_inds] for b in batch))
-                    if minibatch_stats is None:
-                        kl_stop = True  # approx KL past --target-kl: no further minibatch or epoch
+                    if minibatch_stats is None:  # approx KL past --target-kl: no further minibatch or epoch
                         break
                     totals += minibatch_stats
                     num_updates += 1
-                if kl_stop:
+                if minibatch_stats is None:
                     break
 
             # LOGGING
-            stats = update_means(totals, num_updates)  # means over the update and every process
+            stats = dict(zip(STATS, all_mean(totals / max(num_updates, 1)).tolist(), strict=True))  # means, every process
             if not (np.isfinite(stats["loss"]) and np.isfinite(stats["grad_norm"])):
-                error = f"the loss became {stats['loss']} (gradient norm {stats['grad_norm']}) at iteration {iteration}; training stopped"
+                error = f"the loss became {stats['loss']} (gradient norm {stats['grad_norm']}) at iteration {iteration}"
                 break
             recent_returns.extend(log_episodes(writer, finished))  # every process's episodes, in the order they ended
-            explained_var = explained_variance(b_values, b_returns)
             if rank == 0:
-                sps = int((global_step - start_step) / (time.time() - start_time))
+                y_pred, y_true = b_values.cpu().numpy(), b_returns.cpu().numpy()  # rank 0's share of the batch
+                var_y = np.var(y_true)
+                explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
+                sps = int((iteration - start_iteration + 1) * args.batch_size / (time.time() - start_time))
                 writer.add_scalar("charts/learning_rate", float(optimizer.param_groups[0]["lr"]), global_step)
-                writer.add_scalar("losses/value_loss", stats["value_loss"], global_step)
-                writer.add_scalar("losses/policy_loss", stats["policy_loss"], global_step)
-                writer.add_scalar("losses/entropy", stats["entropy"], global_step)
-                writer.add_scalar("losses/old_approx_kl", stats["old_approx_kl"], global_step)
-                writer.add_scalar("losses/approx_kl", stats["approx_kl"], global_step)
-                writer.add_scalar("losses/clipfrac", stats["clipfrac"], global_step)
+                for name in ("value_loss", "policy_loss", "entropy", "old_approx_kl", "approx_kl", "clipfrac"):
+                    writer.add_scalar(f"losses/{name}", stats[name], global_step)
                 writer.add_scalar("losses/explained_variance", explained_var, global_step)
                 writer.add_scalar("charts/SPS", sps, global_step)
-                eta = (args.num_iterations - iteration) * args.batch_size / max(sps, 1)
-                recent = f"{np.mean(recent_returns):.2f}" if recent_returns else "n/a"
-                print(
-                    f"iter {iteration}/{args.num_iterations} step {global_step} SPS {sps} "
-                    f"return {recent} (last {len(recent_returns)}) ETA {eta // 60:.0f}m{eta % 60:02.0f}s"
-                )
-            if args.save_model:
-                checkpoint = make_checkpoint(args, agent, optimizer, envs, global_step, iteration, (next_obs, next_done))
-            stop = stop_requested(interrupted, device)  # SIGTERM, or Ctrl-C under torchrun: every process stops after this iteration
-            if args.save_model and not stop and time.time() - saved_at >= 60 * args.save_every:  # a killed run loses at most this much
-                saved_at = save_checkpoint(checkpoint, model_path, rank, final=False)
-            if stop:
-                if rank == 0:
-                    print(
-                        f"stopped by {signal.Signals(stop).name} after iteration {iteration}"
-                        + (", which the checkpoint keeps" if args.save_model else "")
-                    )
-                break
-    except KeyboardInterrupt:
-        if rank == 0:
-            print(f"interrupted during iteration {iteration}; closing (a checkpoint keeps the last whole iteration)")
-    except OSError as e:  # a write to the run's directory failed (TensorBoard's, a periodic checkpoint's): say why below
-        error = write_error(e, args)
+                eta = (args.num_iterations - iteration) * args.batch_size / max(sps, 1) / 60  # minutes
+                recent = f"{np.mean(recent_returns):.2f} ({len(recent_returns)} episodes)" if recent_returns else "n/a"
+                print(f"iter {iteration}/{args.num_iterations} step {global_step} SPS {sps} return {recent} ETA {eta:.1f} min")
+            if end_of_iteration(args, rank, agent, optimizer, envs, global_step, iteration, (next_obs, next_done)):
+                break  # a stop signal (saved with --save-model)
+    except (KeyboardInterrupt, OSError) as e:
+        error = e
 
-    # SAVE AND CLOSE
-    try:
-        if args.save_model:
-            save_checkpoint(checkpoint, model_path, rank)
-    except OSError as e:
-        error = error or write_error(e, args)
-    envs.close()
-    close_run(args, writer, finished, error, interrupted)  # the exit status: 0 only for a run that reached its end
+    # CLOSE
+    close_run(args, rank, writer, envs, finished, error)  # the exit status: 0 only for a run that reached its end
