@@ -221,6 +221,7 @@ def make_vector_env(args: Args, num_envs: int, rank: int) -> gym.vector.VectorEn
     and puts the real last one in infos["final_obs"], so every step is a real transition. The default NEXT_STEP mode
     would spend one step per episode on a reset whose action is ignored."""
     run_name = os.path.basename(args.run_dir)  # videos/{run_name}
+    num_envs = 1 if args.eval_checkpoint else num_envs  # evaluation plays one env
     thunks = [make_env(args.env_id, i, args.capture_video and rank == 0, run_name) for i in range(num_envs)]
     return gym.vector.SyncVectorEnv(thunks, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
 
@@ -241,8 +242,8 @@ def check_env(args: Args):
         fail(f"--reward-scale must be positive, got {args.reward_scale}")
     if args.forget_bias != 0 and args.cell != "lstm":
         fail(f"--forget-bias {args.forget_bias} is an LSTM setting, and the {args.cell} has no forget gate; drop it")
-    if args.num_envs // int(os.environ.get("WORLD_SIZE", 1)) % args.num_minibatches:
-        fail(f"--num-envs {args.num_envs} does not split into --num-minibatches {args.num_minibatches} of whole env sequences")
+    if args.num_envs // int(os.environ.get("WORLD_SIZE", 1)) % args.num_minibatches:  # whole env sequences a minibatch
+        fail(f"a process's envs are not divisible by --num-minibatches {args.num_minibatches}; pick a divisor of --num-envs")
     env_id = args.env_id
     try:
         env = gym.make(env_id)
@@ -463,6 +464,7 @@ def load_optimizer(optimizer: optim.Optimizer, saved: dict):
     """A saved Adam state into `optimizer`, which keeps its own options and learning rate's place (a float or a tensor)."""
     mine = {name: optimizer.param_groups[0][name] for name in ("foreach", "fused", "capturable", "lr")}
     optimizer.load_state_dict({**saved, "param_groups": [{**group, **mine} for group in saved["param_groups"]]})
+    optimizer.param_groups[0]["lr"] = mine["lr"]  # the very tensor a recorded step reads: load_state_dict copied it
     set_learning_rate(optimizer, float(saved["param_groups"][0]["lr"]))
 
 
@@ -546,7 +548,7 @@ CHECKPOINT_FORMAT = 3  # raised whenever what a checkpoint holds changes; anothe
 # what --resume and --eval-checkpoint may change (how the run runs and is recorded); the rest is the checkpoint's
 MAY_CHANGE_ON_RESUME = (
     "exp_name seed torch_deterministic cuda track wandb_project_name wandb_entity capture_video save_model save_every "
-    "run_dir resume eval_checkpoint eval_episodes eval_greedy env_threads env_groups"
+    "run_dir resume eval_checkpoint eval_episodes eval_greedy env_groups"
 ).split()
 RUN = {"lock": None, "signals": [], "saved_at": time.time(), "saved": None}  # this run's dir lock, stop signals, last save
 
@@ -628,8 +630,8 @@ def from_checkpoint(args: Args) -> Optional[dict]:
         fail("--resume auto continues the checkpoint in --run-dir: pass --run-dir DIR and --save-model")
     if args.resume == "auto":  # a restart of the same command line: its checkpoint, where it wrote one
         args.resume = model_path if os.path.exists(model_path) else None
-    elif args.resume is None and args.eval_checkpoint is None and os.path.isfile(model_path):
-        fail(f"--run-dir {args.run_dir!r} holds a checkpoint: continue it with --resume auto, or pass another --run-dir")
+    elif args.resume is None and args.eval_checkpoint is None and os.path.exists(model_path):
+        fail(f"--run-dir {args.run_dir!r} holds {args.exp_name}.pt: continue it with --resume auto, or pass another --run-dir")
     path = args.eval_checkpoint or args.resume
     if path is None:
         return None
@@ -654,8 +656,7 @@ def from_checkpoint(args: Args) -> Optional[dict]:
         settings = ", ".join(f"{name}={saved[name]!r} (not {getattr(given, name)!r})" for name in differ)
         fail(f"{path!r} keeps the settings it was trained with: {settings}; drop those flags")
     vars(args).update(vars(given), resume=args.resume)
-    if args.eval_checkpoint is not None:  # one env in each process (rank 0 plays), its videos in videos/{run}-eval
-        args.num_envs = int(os.environ.get("WORLD_SIZE", 1))
+    if args.eval_checkpoint is not None:  # an evaluation's videos in videos/{run}-eval
         args.run_dir = f"{args.run_dir}-eval"
     return ckpt
 
@@ -699,18 +700,19 @@ def save_checkpoint(args: Args, rank: int, agent, optimizer, envs, global_step: 
 
 
 def restore(args: Args, ckpt: Optional[dict], rank: int, agent, optimizer, envs, carry: tuple) -> tuple:
-    """Continue where save_checkpoint left off; returns (global_step, first iteration), (0, 1) for a new run."""
+    """Continue where save_checkpoint left off: (global_step, first iteration, carry); (0, 1, carry) for a new run."""
     if ckpt is None:
-        return 0, 1
+        return 0, 1, carry
     own = ckpt["ranks"][rank]
     load_agent(agent, ckpt, args.resume)
     load_optimizer(optimizer, ckpt["optimizer"])
     vars(envs).update(own["wrapper"])
     if own["envs"] is not None:
         envs.envs[:] = pickle.loads(own["envs"])
-        walk(torch.Tensor.copy_, carry, own["carry"])
+        carry = walk(torch.Tensor.to, own["carry"], carry)  # each on its device
     else:  # new episodes, seen through the checkpoint's normalization statistics, from seeds this run has not played
-        carry[0].copy_(torch.as_tensor(envs.reset(seed=args.seed + ckpt["global_step"] + rank * envs.num_envs)[0]))
+        obs, _ = envs.reset(seed=args.seed + ckpt["global_step"] + rank * envs.num_envs)
+        carry = (torch.as_tensor(obs).to(carry[0]), *carry[1:])
         if rank == 0:
             print("notice: the checkpoint holds no env state (video recorders, C++ vector envs): new episodes start")
     random.setstate(own["rng"]["python"])
@@ -718,7 +720,7 @@ def restore(args: Args, ckpt: Optional[dict], rank: int, agent, optimizer, envs,
     torch.set_rng_state(own["rng"]["torch"])
     if carry[0].is_cuda and own["rng"]["cuda"] is not None:
         torch.cuda.set_rng_state(own["rng"]["cuda"])
-    return ckpt["global_step"], ckpt["iteration"] + 1
+    return ckpt["global_step"], ckpt["iteration"] + 1, carry
 
 
 def start_run(args: Args, rank: int, ckpt: Optional[dict]) -> Optional[SummaryWriter]:
@@ -797,7 +799,8 @@ def end_of_iteration(args: Args, rank: int, agent, optimizer, envs, global_step:
         save_checkpoint(args, rank, agent, optimizer, envs, global_step, iteration, carry)
         RUN["saved_at"] = time.time()
     if signum and rank == 0:
-        print(f"stopped by {signal.Signals(signum).name} after iteration {iteration}" + (", saved" if args.save_model else ""))
+        saved = f", saved to {args.run_dir}/{args.exp_name}.pt" if args.save_model else ""
+        print(f"stopped by {signal.Signals(signum).name} after iteration {iteration}{saved}")
     return signum > 0
 
 
@@ -814,15 +817,15 @@ def close_run(args: Args, rank: int, writer: Optional[SummaryWriter], envs, fini
     except OSError as e:  # the log of a full or read-only disk: as far as it got
         error = error or e
     if isinstance(error, KeyboardInterrupt):  # a second Ctrl-C: the iteration in progress is lost
-        RUN["signals"].append(signal.SIGINT)
         error = None
         if rank == 0:
             print("interrupted mid-iteration" + (f"; the checkpoint keeps iteration {RUN['saved']}" if RUN["saved"] else ""))
+    if isinstance(error, str) and RUN["saved"] is not None:  # a NaN: what the checkpoint on disk holds
+        error += f"; {args.run_dir}/{args.exp_name}.pt keeps iteration {RUN['saved']}"
     if isinstance(error, OSError):  # the one place that explains a failed write: a full or read-only disk, no permission
-        then = (
-            f"--resume {args.run_dir}/{args.exp_name}.pt continues from iteration {RUN['saved']}" if RUN["saved"] else "rerun"
-        )
-        error = f"{error.filename or args.run_dir!r}: {error.strerror}; free space there or make it writable, then {then}"
+        path = f"{args.run_dir}/{args.exp_name}.pt"
+        then = f"--resume {path} continues after iteration {RUN['saved']}" if RUN["saved"] else "run again"
+        error = f"{error.filename or args.run_dir!r}: {error.strerror}; free space there, or make it writable; then {then}"
     if writer is not None and args.track:
         importlib.import_module("wandb").finish()
     if RUN["lock"] is not None:
@@ -880,7 +883,10 @@ if __name__ == "__main__":
     next_obs = torch.as_tensor(next_obs_np, dtype=obs.dtype, device=device)  # (num_envs, *obs_shape)
     next_done = torch.zeros(num_envs)  # (num_envs,), on the host
     next_rnn_state = agent.initial_state(num_envs, device)  # LSTM (h, c), GRU (h,), each (1, num_envs, H)
-    global_step, start_iteration = restore(args, ckpt, rank, agent, optimizer, envs, (next_obs, next_done, next_rnn_state))
+    carry = (next_obs, next_done, next_rnn_state)  # what one iteration hands the next; --resume: the checkpoint's
+    global_step, start_iteration, (next_obs, next_done, next_rnn_state) = restore(
+        args, ckpt, rank, agent, optimizer, envs, carry
+    )
 
     # LOGGING
     writer = start_run(args, rank, ckpt)  # rank 0 claims --run-dir and opens TensorBoard there (None elsewhere)

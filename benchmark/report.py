@@ -109,11 +109,12 @@ def read_run(run_dir: Path) -> dict:
     }
 
 
-LOG_LINE = re.compile(r"^iter \d+/\d+ step (\d+) SPS (\d+) return ([-\d.]+) \(last \d+\)", re.M)
+# the scripts' progress line; "(last N)" is how logs before the run-management redesign named the return's window
+LOG_LINE = re.compile(r"^iter \d+/\d+ step (\d+) SPS (\d+) return ([-\d.]+) \((?:last \d+|\d+ episodes)\)", re.M)
 
 
 def read_log(path: Path) -> dict:
-    """A run from the script's stdout: each iteration's "step S SPS X return R (last k)" line (no episodes)."""
+    """A run from the script's stdout: each iteration's "step S SPS X return R (k episodes)" line (no episodes)."""
     lines = [(int(step), int(sps), float(ret)) for step, sps, ret in LOG_LINE.findall(path.read_text())]
     steps = np.array([step for step, _, _ in lines])
     means = np.array([ret for _, _, ret in lines])
@@ -177,7 +178,9 @@ def table_at(groups: dict, at: list) -> str:
     for (env_id, exp_name), runs in sorted(groups.items()):
         for seed, run in sorted(runs.items()):
             cells = [mean_at(run, s) for s in at]
-            lines.append(f"| {env_id} | {exp_name} | {seed} | " + " | ".join("n/a" if c is None else f"{c:.2f}" for c in cells) + " |")
+            lines.append(
+                f"| {env_id} | {exp_name} | {seed} | " + " | ".join("n/a" if c is None else f"{c:.2f}" for c in cells) + " |"
+            )
     return "\n".join(lines)
 
 
@@ -226,13 +229,17 @@ def success_rate(run: dict):
     return float(np.mean(returns[-100:] == 1))
 
 
-def table(groups: dict, threshold=None, reps: int = 5000, seed: int = 0, success: bool = False, published: bool = False) -> str:
+def table(
+    groups: dict, threshold=None, reps: int = 5000, seed: int = 0, success: bool = False, published: bool = False
+) -> str:
     iqms = group_iqms(groups, reps, seed)
     head = "| env | experiment | seeds | steps | IQM [95% CI] | mean ± std | wall time (min) | SPS |"
     rule = "|---|---|---|---|---|---|---|---|"
     if threshold is not None:
         head += (
-            " first step at mean ≥ the task's solved level |" if threshold == "solved" else f" first step at mean ≥ {float(threshold):g} |"
+            " first step at mean ≥ the task's solved level |"
+            if threshold == "solved"
+            else f" first step at mean ≥ {float(threshold):g} |"
         )
         rule += "---|"
     if success:
@@ -324,7 +331,9 @@ def peaks_table(groups: dict) -> str:
                 + ("n/a" if np.isnan(kl) else f"{kl:.3f}")
                 + " |"
             )
-    lines.append(f"\nFalls (end under {FALL_RATIO:g} of the peak by at least {FALL_ERRORS:g} standard errors), per experiment:")
+    lines.append(
+        f"\nFalls (end under {FALL_RATIO:g} of the peak by at least {FALL_ERRORS:g} standard errors), per experiment:"
+    )
     for exp_name, downs in sorted(falls.items()):
         counted = [d for d in downs if d is not None]
         lines.append(
@@ -358,7 +367,10 @@ def aggregate_table(scores: dict, reps: int, seed: int) -> str:
     def three(x):
         return np.array([metrics.aggregate_iqm(x), metrics.aggregate_median(x), metrics.aggregate_mean(x)])
 
-    lines = ["| experiment | tasks | runs per task | IQM [95% CI] | median [95% CI] | mean [95% CI] |", "|---|---|---|---|---|---|"]
+    lines = [
+        "| experiment | tasks | runs per task | IQM [95% CI] | median [95% CI] | mean [95% CI] |",
+        "|---|---|---|---|---|---|",
+    ]
     for exp_name, (names, matrix) in scores.items():
         points, cis = estimates({exp_name: matrix}, three, reps, seed)
         cells = [f"{points[exp_name][i]:.3f} [{cis[exp_name][0][i]:.3f}, {cis[exp_name][1][i]:.3f}]" for i in range(3)]
@@ -377,7 +389,9 @@ def compare(groups: dict, a: str, b: str, reps: int, seed: int) -> str:
 
     def matrix(exp_name):  # runs x tasks; rliable pads nothing, so each task gives the experiment's fewest runs
         n = min(len(groups[(env, exp_name)]) for env in tasks)
-        return np.array([[groups[(env, exp_name)][s]["final"] for s in sorted(groups[(env, exp_name)])[:n]] for env in tasks]).T
+        return np.array(
+            [[groups[(env, exp_name)][s]["final"] for s in sorted(groups[(env, exp_name)])[:n]] for env in tasks]
+        ).T
 
     point, low, high = interval(
         {f"{a},{b}": (matrix(a), matrix(b))}, lambda x, y: np.array([metrics.probability_of_improvement(x, y)]), reps, seed
@@ -428,12 +442,16 @@ def main():
     parser.add_argument("--title", default="")
     parser.add_argument("--out", type=Path, required=True, help="prefix of the .md and .png written")
     parser.add_argument(
-        "--threshold", default=None, help="add the first step reaching this mean; `solved`: each task's own (NORMALIZATION's top)"
+        "--threshold",
+        default=None,
+        help="add the first step reaching this mean; `solved`: each task's own (NORMALIZATION's top)",
     )
     parser.add_argument("--success", action="store_true", help="add the success rate on tasks whose episodes return +1 or -1")
     parser.add_argument("--at", default=None, help="comma-separated steps: add each run's mean of the last 100 there")
     parser.add_argument("--published", action="store_true", help="add the published figures of PUBLISHED beside each task")
-    parser.add_argument("--peaks", action="store_true", help="add each run's peak, its end over the peak, and its largest update KL")
+    parser.add_argument(
+        "--peaks", action="store_true", help="add each run's peak, its end over the peak, and its largest update KL"
+    )
     parser.add_argument("--compare", nargs=2, metavar=("A", "B"), default=None, help="P(experiment A improves on B)")
     parser.add_argument("--reps", type=int, default=5000, help="bootstrap resamples (curves: 2,000)")
     parser.add_argument("--seed", type=int, default=0, help="the bootstraps' random seed")
@@ -454,7 +472,9 @@ def main():
     markdown = f"### {args.title}\n\n{table(groups, args.threshold, args.reps, args.seed, args.success, args.published)}\n"
     scores = normalized(groups)
     if scores:
-        markdown += f"\nNormalized scores over tasks (report.py's NORMALIZATION):\n\n{aggregate_table(scores, args.reps, args.seed)}\n"
+        markdown += (
+            f"\nNormalized scores over tasks (report.py's NORMALIZATION):\n\n{aggregate_table(scores, args.reps, args.seed)}\n"
+        )
     if args.compare:
         markdown += f"\n{compare(groups, *args.compare, args.reps, args.seed)}\n"
     if args.peaks:

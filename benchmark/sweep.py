@@ -64,7 +64,9 @@ class Run:
             while self._child.poll() is None:  # not wait(): checkpoint() waits for the child from a signal handler
                 time.sleep(0.2)
             code = self._child.returncode
-        if ending or code == 128 + signal.SIGTERM:  # stopped, not finished (code 143): a requeued job's next attempt writes the result
+        if (
+            ending or code == 128 + signal.SIGTERM
+        ):  # stopped, not finished (code 143): a requeued job's next attempt writes the result
             raise SystemExit(f"stopped by SIGTERM; the script saved {self.checkpoint_path}, which a new attempt resumes")
         if code != 0:
             raise RuntimeError(f"the run exited with code {code}; see {self.log}")
@@ -112,7 +114,9 @@ def slurm_partitions() -> tuple:
     except subprocess.TimeoutExpired:
         fail("sinfo did not answer in 60 s; is the Slurm controller up?")
     if out.returncode != 0:
-        fail(f"sinfo failed ({out.stderr.strip().splitlines()[-1] if out.stderr.strip() else out.returncode}); is the Slurm controller up?")
+        fail(
+            f"sinfo failed ({out.stderr.strip().splitlines()[-1] if out.stderr.strip() else out.returncode}); is the Slurm controller up?"
+        )
     names = out.stdout.split()
     default = next((p.rstrip("*") for p in names if p.endswith("*")), None)
     return [p.rstrip("*") for p in names], default
@@ -136,7 +140,9 @@ def make_executor(args, folder: Path):
         fail(f"no partition {args.partition!r} on this cluster; pass one of {', '.join(partitions)}")
     executor = submitit.SlurmExecutor(folder=folder, max_num_timeout=args.max_requeues)
     options = dict(time=args.time, cpus_per_task=args.cpus, signal_delay_s=args.signal_delay, job_name="sweep")
-    options.update({k: v for k, v in dict(partition=args.partition, account=args.account, gpus_per_node=args.gpus or None).items() if v})
+    options.update(
+        {k: v for k, v in dict(partition=args.partition, account=args.account, gpus_per_node=args.gpus or None).items() if v}
+    )
     if args.mem is not None:
         options["mem"] = f"{args.mem}G"
     if args.jobs is not None:
@@ -198,13 +204,17 @@ def main(argv=None):
     parser.add_argument("--out", type=Path, required=True, help="the sweep's folder: runs/, logs/ and submitit/ go there")
     parser.add_argument("--cluster", choices=("local", "slurm"), default="local")
     parser.add_argument("--jobs", type=int, default=None, help="runs at a time (local: default 2; Slurm: the array's limit)")
-    parser.add_argument("--time", type=int, default=60, help="each job's time limit in minutes (a run longer than it is requeued)")
+    parser.add_argument(
+        "--time", type=int, default=60, help="each job's time limit in minutes (a run longer than it is requeued)"
+    )
     parser.add_argument("--partition", default=None, help="Slurm partition (default: the cluster's default partition)")
     parser.add_argument("--account", default=None, help="Slurm account, where the cluster needs one")
     parser.add_argument("--cpus", type=int, default=2, help="CPUs per job")
     parser.add_argument("--gpus", type=int, default=0, help="GPUs per job")
     parser.add_argument("--mem", type=int, default=None, help="memory per job in GB (default: the partition's)")
-    parser.add_argument("--signal-delay", type=int, default=120, help="seconds before the time limit that the job is told to save")
+    parser.add_argument(
+        "--signal-delay", type=int, default=120, help="seconds before the time limit that the job is told to save"
+    )
     parser.add_argument("--max-requeues", type=int, default=30, help="time-limit requeues per run before it gives up")
     parser.add_argument("--wait", action="store_true", help="Slurm: wait for every job and print how it ended")
     args = parser.parse_args(argv)

@@ -119,6 +119,9 @@ def run_distributed(script: str, argv, cwd, world_size: int = 2, stop=None, argv
     # with "spawn", without each paying those imports again (about 2 s a process on a 2-core machine)
     multiprocessing.set_forkserver_preload(["tests.distributed"])
     mp.start_processes(
-        _worker, args=(world_size, free_port(), script, argvs, str(cwd), str(out), stop or {}), nprocs=world_size, start_method="forkserver"
+        _worker,
+        args=(world_size, free_port(), script, argvs, str(cwd), str(out), stop or {}),
+        nprocs=world_size,
+        start_method="forkserver",
     )
     return [torch.load(out / f"rank{rank}.pt", weights_only=False) for rank in range(world_size)]

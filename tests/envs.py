@@ -55,7 +55,9 @@ class RecorderEnv(gym.Env):
         obs_before = self._obs()
         self.t += 1
         reward = float(self.episode * 100 + self.t)
-        self.log.append((obs_before, np.array(action) if isinstance(self.action_space, gym.spaces.Box) else int(action), reward))
+        self.log.append(
+            (obs_before, np.array(action) if isinstance(self.action_space, gym.spaces.Box) else int(action), reward)
+        )
         return self._obs(), reward, self.t >= self.length, False, {}
 
 
@@ -77,7 +79,9 @@ gym.register("ConstantThree-v0", entry_point=ConstantEnv, max_episode_steps=10, 
 gym.register("ClippedRecorder-v0", entry_point=RecorderEnv, kwargs={"box": True, "bound": 0.5})
 gym.register("MultiDiscrete-v0", entry_point=lambda: _Spaces(gym.spaces.MultiDiscrete([2, 2])))
 gym.register("DictObs-v0", entry_point=lambda: _Spaces(gym.spaces.Discrete(2), gym.spaces.Dict({"a": gym.spaces.Discrete(2)})))
-gym.register("DictObsBox-v0", entry_point=lambda: _Spaces(gym.spaces.Box(-1, 1, (1,)), gym.spaces.Dict({"a": gym.spaces.Discrete(2)})))
+gym.register(
+    "DictObsBox-v0", entry_point=lambda: _Spaces(gym.spaces.Box(-1, 1, (1,)), gym.spaces.Dict({"a": gym.spaces.Discrete(2)}))
+)
 
 
 class _Spaces(gym.Env):

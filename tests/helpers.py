@@ -123,7 +123,12 @@ def start(script: str, argv: list, cwd) -> subprocess.Popen:
     cwd.mkdir(parents=True)
     env = {**os.environ, "PYTHONPATH": python_path(), "PYTHONUNBUFFERED": "1", "WANDB_MODE": "offline"}
     return subprocess.Popen(
-        [sys.executable, *script_argv(script, argv)], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, *script_argv(script, argv)],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -176,17 +181,29 @@ def minibatch_ratio(g: dict) -> tuple:
     return newlogprob, (newlogprob - g["b_logprobs"][mb]).exp()
 
 
-def interrupt_at_call(monkeypatch, cls, name, call_number, real_signal=False):
-    """Make cls.name raise KeyboardInterrupt (as Ctrl-C would) on its `call_number`-th call; with real_signal, send this
-    process a real SIGINT there instead (what the script's handler notes, and its exit status says)."""
+def interrupt_at_call(monkeypatch, cls, name, call_number):
+    """Make cls.name raise KeyboardInterrupt on its `call_number`-th call: the run stops there, mid-iteration (as at a
+    second Ctrl-C), leaving the namespace of that moment (what a test inspects)."""
     original, calls = getattr(cls, name), [0]
 
     def wrapper(self, *a, **kw):
         calls[0] += 1
         if calls[0] == call_number:
-            if real_signal:
-                os.kill(os.getpid(), signal.SIGINT)
             raise KeyboardInterrupt
+        return original(self, *a, **kw)
+
+    monkeypatch.setattr(cls, name, wrapper)
+
+
+def signal_at_call(monkeypatch, cls, name, call_number, signum=signal.SIGINT):
+    """Send this process `signum` in the `call_number`-th call of cls.name, as a user's Ctrl-C (or a kill) arrives: the
+    script's handler notes it, and the run stops after the iteration in progress."""
+    original, calls = getattr(cls, name), [0]
+
+    def wrapper(self, *a, **kw):
+        calls[0] += 1
+        if calls[0] == call_number:
+            signal.raise_signal(signum)
         return original(self, *a, **kw)
 
     monkeypatch.setattr(cls, name, wrapper)

@@ -371,7 +371,9 @@ def test_native_resume_restores_the_run_and_starts_new_games(tmp_path, monkeypat
     games it started with)."""
     argv = [*TINY, "--total-timesteps", "320", "--save-model"]  # 10 iterations of 2 envs x 16 steps
     seeds, reset = [], AtariVectorEnv.reset
-    monkeypatch.setattr(AtariVectorEnv, "reset", lambda self, seed=None, options=None: seeds.append(seed) or reset(self, seed=seed))
+    monkeypatch.setattr(
+        AtariVectorEnv, "reset", lambda self, seed=None, options=None: seeds.append(seed) or reset(self, seed=seed)
+    )
     with monkeypatch.context() as m:
         interrupt_at_call(m, AtariVectorEnv, "recv", 5 * 16 + 7)
         run(SCRIPT, *argv, cwd=tmp_path / "a")
@@ -416,7 +418,10 @@ def test_native_env_groups_store_the_transitions_of_one_group(tmp_path, monkeypa
             argv = ["--num-envs", "8", "--num-steps", "400", "--num-minibatches", "4", "--total-timesteps", "3200"]
             g = run(SCRIPT, *argv, "--env-groups", groups, cwd=tmp_path / groups)
         assert len(g["envs"].parts) == int(groups) and rows[0] == 8 * 400
-        return {**{k: g[k] for k in ("obs", "actions", "rewards", "dones", "next_obs", "next_done", "values", "logprobs")}, "games": logged}
+        return {
+            **{k: g[k] for k in ("obs", "actions", "rewards", "dones", "next_obs", "next_done", "values", "logprobs")},
+            "games": logged,
+        }
 
     one, two = collect("1"), collect("2")
     for name in ("obs", "actions", "rewards", "dones", "next_obs", "next_done"):
@@ -429,7 +434,8 @@ def test_native_env_groups_store_the_transitions_of_one_group(tmp_path, monkeypa
 
 
 @pytest.mark.parametrize(
-    "env_id,seed", [("tests.envs:ShortBreakout-v4", 7), ("tests.envs:ShortBreakout-v4", 8), ("tests.envs:ShortDemonAttack-v4", 1)]
+    "env_id,seed",
+    [("tests.envs:ShortBreakout-v4", 7), ("tests.envs:ShortBreakout-v4", 8), ("tests.envs:ShortDemonAttack-v4", 1)],
 )
 def test_every_game_is_logged_once_with_its_score_and_length(env_id, seed, monkeypatch):
     """gymnasium's path under short time limits: every game the emulator plays is logged once, in the agent step in
@@ -438,8 +444,12 @@ def test_every_game_is_logged_once_with_its_score_and_length(env_id, seed, monke
     with bonus lives (DemonAttack)."""
     module = load(SCRIPT)
     ended_unseen, original_unseen = [], module.EpisodicLife.unseen
-    monkeypatch.setattr(module.EpisodicLife, "unseen", lambda self, *a: ended_unseen.append(original_unseen(self, *a)) or ended_unseen[-1])
-    envs = gym.vector.SyncVectorEnv([module.make_env(env_id, 0, False, "t")], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    monkeypatch.setattr(
+        module.EpisodicLife, "unseen", lambda self, *a: ended_unseen.append(original_unseen(self, *a)) or ended_unseen[-1]
+    )
+    envs = gym.vector.SyncVectorEnv(
+        [module.make_env(env_id, 0, False, "t")], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
+    )
     emulator = envs.envs[0].unwrapped
     frames, starts, reset = record_steps(emulator), [], emulator.reset  # every frame; where each game's frames start
     emulator.reset = lambda *, seed=None, options=None: starts.append(len(frames)) or reset(seed=seed, options=options)
@@ -491,7 +501,9 @@ def test_native_serve_rows_are_left_out_of_the_policy_terms(tmp_path, monkeypatc
     sent, send = [], AtariVectorEnv.send
     monkeypatch.setattr(AtariVectorEnv, "send", lambda self, actions: sent.append(actions.copy()) or send(self, actions))
     interrupt_at_call(monkeypatch, torch.optim.Adam, "step", 1)  # the first rollout, then stop
-    g = run(SCRIPT, "--num-envs", "2", "--num-steps", "256", "--num-minibatches", "1", "--total-timesteps", "512", cwd=tmp_path)
+    g = run(
+        SCRIPT, "--num-envs", "2", "--num-steps", "256", "--num-minibatches", "1", "--total-timesteps", "512", cwd=tmp_path
+    )
     played, served = torch.as_tensor(np.stack(sent[:256])), g["served"].bool()
     assert 3 <= served.sum() and torch.all(played[served] == 1) and torch.equal(played[~served], g["actions"][~served])
     assert (g["actions"][served] != 1).any()  # sampled actions the env did not play
@@ -507,7 +519,10 @@ def test_native_serve_rows_are_left_out_of_the_policy_terms(tmp_path, monkeypatc
         with torch.no_grad():
             logprobs = torch.where(rows, agent.get_action_and_value(batch[0], actions)[1], batch[1])
         g["update_minibatch"](
-            g["args"], agent, torch.optim.Adam(agent.parameters(), lr=2.5e-4, eps=1e-5), (batch[0], logprobs, actions, *batch[3:])
+            g["args"],
+            agent,
+            torch.optim.Adam(agent.parameters(), lr=2.5e-4, eps=1e-5),
+            (batch[0], logprobs, actions, *batch[3:]),
         )
         return [p.detach().clone() for p in agent.parameters()]
 
@@ -615,7 +630,10 @@ def test_the_video_twin_plays_env_0s_games(tmp_path):
     while games < 2:
         _, reward, _, _, infos = step(envs, rng.integers(envs.single_action_space.n, size=2))
         _, twin_reward, _, _, twin_infos = twin_steps[-1]
-        assert (twin_infos["lives"][0], twin_infos["episode_frame_number"][0]) == (infos["lives"][0], infos["episode_frame_number"][0])
+        assert (twin_infos["lives"][0], twin_infos["episode_frame_number"][0]) == (
+            infos["lives"][0],
+            infos["episode_frame_number"][0],
+        )
         assert np.sign(twin_reward[0]) == reward[0]
         games += int("final_info" in infos and infos["final_info"]["_episode"][0])
     envs.close()

@@ -11,7 +11,7 @@ import torch
 from gymnasium.wrappers.utils import RunningMeanStd
 from torch.distributions.normal import Normal
 
-from tests.helpers import TINY, checkpoint_path, interrupt_at_call, load, run
+from tests.helpers import TINY, checkpoint_path, interrupt_at_call, load, run, signal_at_call
 
 SCRIPT = "ppo_continuous_action.py"
 EPS = 1e-8  # VecNormalize's epsilon
@@ -55,7 +55,9 @@ def test_observation_statistics_match_numpy():
         normalized = envs.reset(seed=0)[0] if k == 0 else envs.step(np.zeros((3, 2), np.float32))[0]
         history = np.concatenate([obs for obs, _, _ in raw[: k + 1]])
         mean, var = mean_var(history)
-        np.testing.assert_allclose(envs.obs_rms.mean, mean, rtol=1e-6, atol=1e-9)  # batch moments come from float32 observations
+        np.testing.assert_allclose(
+            envs.obs_rms.mean, mean, rtol=1e-6, atol=1e-9
+        )  # batch moments come from float32 observations
         np.testing.assert_allclose(envs.obs_rms.var, var, rtol=1e-6, atol=1e-9)  # batch moments come from float32 observations
         np.testing.assert_allclose(normalized, np.clip((raw_obs - mean) / np.sqrt(var + EPS), -10, 10), rtol=1e-6, atol=1e-6)
         assert normalized.dtype == np.float32
@@ -86,7 +88,7 @@ def test_gaussian_is_torch_normal_bit_for_bit():
     module = load(SCRIPT)
     envs = gym.vector.SyncVectorEnv([lambda: gym.make("Hopper-v5")] * 2)
     torch.manual_seed(3)
-    agent = module.Agent(envs, module.Args())
+    agent = module.Agent(envs)
     with torch.no_grad():
         agent.actor_logstd.copy_(torch.randn_like(agent.actor_logstd))
     x = torch.randn(16, envs.single_observation_space.shape[0])
@@ -188,11 +190,21 @@ def test_truncation_bootstraps_the_normalized_final_observation(tmp_path, monkey
     assert not torch.allclose(1 + gamma * raw_value, expected[ended][:1], atol=1e-3)  # unnormalized would differ
 
 
-def test_evaluation_uses_the_saved_statistics_frozen(tmp_path, monkeypatch):
+def evaluated_returns(module, ckpt_path: str, capsys) -> list:
+    """The returns evaluate() prints for a checkpoint: 2 greedy episodes, in envs made as the script makes them."""
+    ckpt = torch.load(ckpt_path, weights_only=False)
+    args = module.Args(**{**ckpt["args"], "eval_checkpoint": ckpt_path, "eval_episodes": 2, "eval_greedy": True})
+    envs = module.make_vector_env(args, 1, 0)
+    with pytest.raises(SystemExit):
+        module.evaluate(args, module.Agent(envs), envs, ckpt, torch.device("cpu"))
+    return [line for line in capsys.readouterr().out.splitlines() if line.startswith("eval episode")]
+
+
+def test_evaluation_uses_the_saved_statistics_frozen(tmp_path, monkeypatch, capsys):
     module = load(SCRIPT)
     run(SCRIPT, "--env-id", "Hopper-v5", *TINY, "--total-timesteps", "256", "--save-model", cwd=tmp_path)
     path = str(checkpoint_path(tmp_path))
-    saved_obs_rms = torch.load(path, weights_only=False)["ranks"][0]["normalization"][0]
+    saved_obs_rms = torch.load(path, weights_only=False)["ranks"][0]["wrapper"]["obs_rms"]
 
     raws, seen = [], []
     original = gym.vector.SyncVectorEnv.step
@@ -210,9 +222,8 @@ def test_evaluation_uses_the_saved_statistics_frozen(tmp_path, monkeypatch):
 
     monkeypatch.setattr(gym.vector.SyncVectorEnv, "step", recording)
     monkeypatch.setattr(module, "NormalizeVector", Spy)
-    args = module.Args(env_id="Hopper-v5", eval_checkpoint=path, eval_episodes=2, eval_greedy=True)
-    returns = module.evaluate(args, "eval", torch.device("cpu"))
-    assert len(seen) > 10
+    returns = evaluated_returns(module, path, capsys)
+    assert len(seen) > 10 and len(returns) == 2
     for raw, normalized, mean, var in seen:
         np.testing.assert_array_equal(mean, saved_obs_rms.mean)
         np.testing.assert_array_equal(var, saved_obs_rms.var)
@@ -220,10 +231,9 @@ def test_evaluation_uses_the_saved_statistics_frozen(tmp_path, monkeypatch):
 
     # the same checkpoint without its statistics plays differently: they matter to this agent
     ckpt = torch.load(path, weights_only=False)
-    ckpt["ranks"][0]["normalization"] = (RunningMeanStd(shape=saved_obs_rms.mean.shape), RunningMeanStd(shape=()), np.zeros(1))
+    ckpt["ranks"][0]["wrapper"]["obs_rms"] = RunningMeanStd(shape=saved_obs_rms.mean.shape)
     torch.save(ckpt, tmp_path / "no_stats.pt")
-    args.eval_checkpoint = str(tmp_path / "no_stats.pt")
-    assert module.evaluate(args, "eval", torch.device("cpu")) != returns
+    assert evaluated_returns(module, str(tmp_path / "no_stats.pt"), capsys) != returns
 
 
 @pytest.mark.parametrize("env_id", ["HalfCheetah-v5", "Hopper-v5", "Walker2d-v5", "Pendulum-v1", "MountainCarContinuous-v0"])
@@ -254,17 +264,19 @@ def test_resume_without_env_state_starts_new_episodes_with_the_saved_statistics(
     monkeypatch.setattr(gym.vector.SyncVectorEnv, "reset", lambda self, **kw: raws.append(original(self, **kw)) or raws[-1])
     argv = ["--env-id", "Hopper-v5", *TINY, "--total-timesteps", "128", "--save-model"]
     with monkeypatch.context() as m:
-        interrupt_at_call(m, gym.vector.SyncVectorEnv, "step", 16 + 5)  # Ctrl-C in iteration 2: iteration 1 is saved
-        run(SCRIPT, *argv, cwd=tmp_path / "a")
+        signal_at_call(m, gym.vector.SyncVectorEnv, "step", 16 + 5)  # Ctrl-C in iteration 2: it ends, and is saved
+        with pytest.raises(SystemExit):
+            run(SCRIPT, *argv, cwd=tmp_path / "a")
     ckpt = torch.load(checkpoint_path(tmp_path / "a"), weights_only=False)
-    obs_rms, return_rms, discounted_return = ckpt["ranks"][0]["normalization"]
+    obs_rms = ckpt["ranks"][0]["wrapper"]["obs_rms"]
+    discounted_return = ckpt["ranks"][0]["wrapper"]["discounted_return"]
     assert discounted_return.any()  # episodes in progress: a return that must not reach the new ones
     ckpt["ranks"][0]["envs"] = None
     torch.save(ckpt, tmp_path / "no_envs.pt")
     raws.clear()
     with monkeypatch.context() as m:
         interrupt_at_call(m, gym.vector.SyncVectorEnv, "step", 1)  # right after the restore
-        g = run(SCRIPT, *argv, "--resume", str(tmp_path / "no_envs.pt"), cwd=tmp_path / "b")
+        g = run(SCRIPT, "--resume", str(tmp_path / "no_envs.pt"), cwd=tmp_path / "b")
     raw = raws[-1][0]  # the new episodes' first observations, before normalization
     expected = RunningMeanStd(shape=obs_rms.mean.shape)
     expected.mean, expected.var, expected.count = obs_rms.mean.copy(), obs_rms.var.copy(), obs_rms.count

@@ -27,7 +27,9 @@ from tests.helpers import (
     same_params,
 )
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device (run the suite on a GPU machine for this section)")
+pytestmark = pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="no CUDA device (run the suite on a GPU machine for this section)"
+)
 
 # cuBLAS and cuDNN pick kernels by shape (and cuDNN convolutions round through TF32 on Ampere and later),
 # so the rollout's batch of num_envs and the update's minibatch do not round alike: the recomputed
@@ -37,7 +39,9 @@ CUDA_LOGPROB_BOUND = 1e-4
 
 @pytest.mark.parametrize("script", VARIANTS)
 def test_trains_on_cuda_and_saves(script, tmp_path):
-    result = cli(script, "--env-id", QUICK_ENV[script], *TINY, "--total-timesteps", "640", "--save-model", "--cuda", cwd=tmp_path)
+    result = cli(
+        script, "--env-id", QUICK_ENV[script], *TINY, "--total-timesteps", "640", "--save-model", "--cuda", cwd=tmp_path
+    )
     assert result.returncode == 0, result.stderr
     assert re.search(r"on cuda", result.stdout) and "iter 20/20 step 640" in result.stdout
     ckpt = torch.load(checkpoint_path(tmp_path), map_location="cpu", weights_only=False)
@@ -70,7 +74,18 @@ def test_interrupted_then_resumed_equals_uninterrupted_on_cuda(script, tmp_path,
 @pytest.mark.parametrize("iteration", [1, 2])
 def test_first_minibatch_ratio_is_one_within_a_bound_on_cuda(script, iteration, tmp_path, monkeypatch):
     interrupt_at_call(monkeypatch, torch.optim.Adam, "step", 1 + 8 * (iteration - 1))  # 4 epochs x 2 minibatches
-    argv = ["--env-id", QUICK_ENV[script], "--num-envs", "4", "--num-steps", "128", "--num-minibatches", "2", "--update-epochs", "4"]
+    argv = [
+        "--env-id",
+        QUICK_ENV[script],
+        "--num-envs",
+        "4",
+        "--num-steps",
+        "128",
+        "--num-minibatches",
+        "2",
+        "--update-epochs",
+        "4",
+    ]
     g = run(script, *argv, "--total-timesteps", "1024", "--cuda", cwd=tmp_path)
     newlogprob, ratio = minibatch_ratio(g)
     assert g["iteration"] == iteration and newlogprob.is_cuda
@@ -86,7 +101,9 @@ def test_checkpoint_evaluates_on_the_other_device(script, train, evaluate, tmp_p
     env = ["--env-id", QUICK_ENV[script]]
     result = cli(script, *env, *TINY, "--total-timesteps", "320", "--save-model", train, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    result = cli(script, *env, "--eval-checkpoint", str(checkpoint_path(tmp_path)), "--eval-episodes", "2", evaluate, cwd=tmp_path)
+    result = cli(
+        script, *env, "--eval-checkpoint", str(checkpoint_path(tmp_path)), "--eval-episodes", "2", evaluate, cwd=tmp_path
+    )
     assert result.returncode == 0, result.stderr
     assert re.search(r"^eval: 2 episodes \(sampled\), return -?[\d.]+ ± [\d.]+$", result.stdout, flags=re.M)
 
@@ -158,7 +175,18 @@ def test_cuda_graphs_train_deterministically_and_resume(envs, tmp_path, monkeypa
     Adam), the learning rate annealed in place on the GPU. Stopped in iteration 4 of 8 and resumed, the run trains
     iterations 4-8 with the graphs recorded anew, the learning rate still the GPU tensor they read and still annealed,
     and (on the gymnasium path, whose envs pickle) ends with the parameters of the run that never stopped."""
-    argv = ["--num-envs", "4", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "2", "--total-timesteps", "512"]
+    argv = [
+        "--num-envs",
+        "4",
+        "--num-steps",
+        "16",
+        "--num-minibatches",
+        "2",
+        "--update-epochs",
+        "2",
+        "--total-timesteps",
+        "512",
+    ]
     argv += ["--cuda", "--cuda-graphs", *(["--no-native-envs"] if envs == "gymnasium" else [])]
     a = run("ppo_atari.py", *argv, cwd=tmp_path / "a")
     b = run("ppo_atari.py", *argv, cwd=tmp_path / "b")

@@ -123,7 +123,9 @@ def test_rank_0_logs_every_ranks_episodes(tmp_path):
     played = sorted(records[0]["episodes"] + records[1]["episodes"])
     assert len(records[0]["episodes"]) > 5 and len(records[1]["episodes"]) > 5
     assert logged == played
-    assert [e.step for e in events.Scalars("charts/SPS")] == [64 * i for i in range(1, 11)]  # global steps count both processes
+    assert [e.step for e in events.Scalars("charts/SPS")] == [
+        64 * i for i in range(1, 11)
+    ]  # global steps count both processes
 
 
 def test_episodes_of_an_interrupted_iteration_reach_the_log(tmp_path):
@@ -149,7 +151,9 @@ def test_normalization_statistics_are_shared(tmp_path):
         np.testing.assert_array_equal(var0, var1)
         assert count0 == count1
     obs_count, return_count = records[0]["statistics"][0][2], records[0]["statistics"][1][2]
-    assert obs_count == pytest.approx(4 * (1 + 32)) and return_count == pytest.approx(4 * 32)  # the reset and 32 steps of all 4 envs
+    assert obs_count == pytest.approx(4 * (1 + 32)) and return_count == pytest.approx(
+        4 * 32
+    )  # the reset and 32 steps of all 4 envs
 
 
 def test_bad_distributed_setups_are_one_line_errors(tmp_path, monkeypatch):
@@ -185,7 +189,13 @@ def test_ctrl_c_under_torchrun_stops_every_process_together(tmp_path):
     """Ctrl-C in a terminal signals torchrun and every process, each somewhere else in its iteration
     (inside a collective, too): they note it, stop together at the end of the iteration, and rank 0
     saves the last whole iteration of every process and flushes the log."""
-    argv = [str(ROOT / "ppo_continuous_action.py"), *env_args("ppo_continuous_action.py"), *SMALL, "--total-timesteps", "1000000"]
+    argv = [
+        str(ROOT / "ppo_continuous_action.py"),
+        *env_args("ppo_continuous_action.py"),
+        *SMALL,
+        "--total-timesteps",
+        "1000000",
+    ]
     proc = torchrun("--standalone", "--nproc-per-node", "2", *argv, "--no-cuda", "--save-model", cwd=tmp_path)
     for line in proc.stdout:
         if line.startswith("iter 3/"):
@@ -197,7 +207,11 @@ def test_ctrl_c_under_torchrun_stops_every_process_together(tmp_path):
     )  # torchrun's SIGTERM may follow: the iteration ran to its end
     assert proc.returncode != 0 and 'ppo_continuous_action.py", line' not in out, out  # torchrun prints its own traceback
     ckpt = torch.load(next(tmp_path.glob("runs/*/*.pt")), weights_only=False)
-    assert len(ckpt["ranks"]) == 2 and ckpt["iteration"] == int(stop) >= 3 and all(part["envs"] is not None for part in ckpt["ranks"])
+    assert (
+        len(ckpt["ranks"]) == 2
+        and ckpt["iteration"] == int(stop) >= 3
+        and all(part["envs"] is not None for part in ckpt["ranks"])
+    )
     (events,) = list(tmp_path.glob("runs/*/events.out.tfevents.*"))
     assert events.stat().st_size > 0
 
@@ -205,7 +219,15 @@ def test_ctrl_c_under_torchrun_stops_every_process_together(tmp_path):
 def test_torchrun_standalone(tmp_path):
     """The command line of the README: one record, one progress line per iteration, global steps."""
     proc = torchrun(
-        "--standalone", "--nproc-per-node", "2", str(ROOT / "ppo.py"), *SMALL, "--total-timesteps", "320", "--no-cuda", cwd=tmp_path
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        str(ROOT / "ppo.py"),
+        *SMALL,
+        "--total-timesteps",
+        "320",
+        "--no-cuda",
+        cwd=tmp_path,
     )
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0, out
@@ -243,7 +265,15 @@ def test_a_check_failing_on_one_machine_stops_both_with_its_reason(tmp_path):
     gets, both stop at start-up, and rank 0 prints the one line (not a traceback from a collective)."""
     (tmp_path / "mods").mkdir()
     (tmp_path / "mods" / "first_machine_only.py").write_text("")
-    argv = [str(ROOT / "ppo.py"), "--env-id", "first_machine_only:CartPole-v1", *SMALL, "--total-timesteps", "320", "--no-cuda"]
+    argv = [
+        str(ROOT / "ppo.py"),
+        "--env-id",
+        "first_machine_only:CartPole-v1",
+        *SMALL,
+        "--total-timesteps",
+        "320",
+        "--no-cuda",
+    ]
     outs, codes = two_nodes(argv, tmp_path, envs=({"PYTHONPATH": f"{tmp_path / 'mods'}{os.pathsep}{python_path()}"}, {}))
     assert all(code != 0 for code in codes), outs
     errors = [line for out in outs for line in out.splitlines() if line.startswith("error:")]
@@ -288,7 +318,17 @@ def test_torchrun_max_restarts_continues_a_killed_run_from_its_checkpoint(tmp_pa
     run_dir = tmp_path / "run"
     argv = [str(ROOT / "ppo.py"), *SMALL, "--total-timesteps", "1920", "--no-cuda", "--save-model", "--save-every", "0"]
     proc = torchrun(
-        "--standalone", "--nproc-per-node", "2", "--max-restarts", "1", *argv, "--run-dir", str(run_dir), "--resume", "auto", cwd=tmp_path
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "--max-restarts",
+        "1",
+        *argv,
+        "--run-dir",
+        str(run_dir),
+        "--resume",
+        "auto",
+        cwd=tmp_path,
     )
     lines = wait_for(proc, "iter 5/")
     os.kill(pid_of_rank(1, str(run_dir)), signal.SIGKILL)
@@ -299,5 +339,7 @@ def test_torchrun_max_restarts_continues_a_killed_run_from_its_checkpoint(tmp_pa
     assert straight.communicate(timeout=300)[1] is None and straight.returncode == 0
     ckpt, reference = (torch.load(path / "ppo.pt", weights_only=False) for path in (run_dir, tmp_path / "straight"))
     assert ckpt["global_step"] == 1920 and all(torch.equal(v, reference["agent"][k]) for k, v in ckpt["agent"].items())
-    steps = [event.step for event in EventAccumulator(str(run_dir), size_guidance={"scalars": 0}).Reload().Scalars("charts/SPS")]
+    steps = [
+        event.step for event in EventAccumulator(str(run_dir), size_guidance={"scalars": 0}).Reload().Scalars("charts/SPS")
+    ]
     assert steps == list(range(64, 1921, 64))

@@ -74,7 +74,9 @@ def test_the_entropy_bonus_defaults_to_the_suites_measured_value_and_an_explicit
     """--ent-coef's default on dm_control/ ids is 0.01 (docs/continuous.md), saved with the run; an explicit 0 stays 0."""
     run(SCRIPT, *CARTPOLE, *TINY, "--total-timesteps", "32", "--save-model", cwd=tmp_path / "a")
     assert torch.load(checkpoint_path(tmp_path / "a"), weights_only=False)["args"]["ent_coef"] == 0.01
-    assert run(SCRIPT, *CARTPOLE, *TINY, "--total-timesteps", "32", "--ent-coef", "0", cwd=tmp_path / "b")["args"].ent_coef == 0.0
+    assert (
+        run(SCRIPT, *CARTPOLE, *TINY, "--total-timesteps", "32", "--ent-coef", "0", cwd=tmp_path / "b")["args"].ent_coef == 0.0
+    )
 
 
 def test_evaluation_with_and_without_a_video(tmp_path, capsys):

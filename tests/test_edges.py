@@ -27,7 +27,9 @@ def tmpfs(path, size: str, *options: str):
     if os.geteuid() != 0 or shutil.which("mount") is None:
         pytest.skip("mounting a tmpfs needs root; the injected-fault tests cover this without it")
     path.mkdir(parents=True)
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", ",".join([f"size={size}", *options]), "tmpfs", str(path)], capture_output=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", ",".join([f"size={size}", *options]), "tmpfs", str(path)], capture_output=True
+    )
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
     try:
@@ -59,14 +61,14 @@ def test_a_full_disk_stops_in_one_line_keeps_the_last_checkpoint_and_resumes_onc
         ckpt = torch.load(run_dir / "ppo.pt", weights_only=False)  # the last checkpoint written whole
         assert message == (
             f"error: '{run_dir}/ppo.pt': the checkpoint of iteration {ckpt['iteration'] + 1} could not be written (No space left on device); "
-            f"free space there or make it writable, then --resume {run_dir}/ppo.pt continues from the last checkpoint written"
+            f"free space there, or make it writable; then --resume {run_dir}/ppo.pt continues after iteration {ckpt['iteration']}"
         )
         assert not [name for name in written(run_dir) if name.endswith(".tmp")]  # no partial file left to keep the disk full
         subprocess.run(["mount", "-o", "remount,size=2m", str(disk)], check=True)  # space freed
         resumed = cli("ppo.py", *argv, cwd=tmp_path)
-        assert resumed.returncode == 0 and f"resumed from {run_dir}/ppo.pt at iteration {ckpt['iteration']}" in resumed.stdout, (
-            resumed.stderr
-        )
+        assert (
+            resumed.returncode == 0 and f"resumed from {run_dir}/ppo.pt at iteration {ckpt['iteration']}" in resumed.stdout
+        ), resumed.stderr
         assert torch.load(run_dir / "ppo.pt", weights_only=False)["global_step"] == 6400
 
 
@@ -82,17 +84,23 @@ def test_a_failed_checkpoint_write_is_one_line_and_leaves_the_previous_one(tmp_p
 
     monkeypatch.setattr(os, "fsync", fills_up)
     with pytest.raises(SystemExit) as stop:
-        run("ppo.py", *RUN, "--total-timesteps", "320", "--run-dir", str(tmp_path / "run"), cwd=tmp_path)
+        run(
+            "ppo.py", *RUN, "--total-timesteps", "320", "--run-dir", str(tmp_path / "run"), cwd=tmp_path
+        )  # saves every iteration
     assert stop.value.code == (
         f"error: '{tmp_path}/run/ppo.pt': the checkpoint of iteration 4 could not be written (No space left on device); "
-        f"free space there or make it writable, then --resume {tmp_path}/run/ppo.pt continues from the last checkpoint written"
+        f"free space there, or make it writable; then --resume {tmp_path}/run/ppo.pt continues after iteration 3"
     )
-    assert torch.load(tmp_path / "run" / "ppo.pt", weights_only=False)["iteration"] == 3 and not (tmp_path / "run" / "ppo.pt.tmp").exists()
+    assert (
+        torch.load(tmp_path / "run" / "ppo.pt", weights_only=False)["iteration"] == 3
+        and not (tmp_path / "run" / "ppo.pt.tmp").exists()
+    )
 
 
 def test_tensorboard_failing_mid_run_is_one_line_and_the_checkpoint_is_saved(tmp_path, monkeypatch, capfd):
     """A filesystem that goes read-only mid-run, as TensorBoard's writer thread meets it: no thread traceback, one
-    line, and the checkpoint of the last whole iteration (written to another disk, here: the same one, still able)."""
+    line, and the checkpoint of the last whole iteration (--save-every 0: written after each; to another disk, here:
+    the same one, still able)."""
     from tensorboard.compat.tensorflow_stub.io.gfile import LocalFileSystem
 
     append, calls = LocalFileSystem.append, [0]
@@ -105,8 +113,9 @@ def test_tensorboard_failing_mid_run_is_one_line_and_the_checkpoint_is_saved(tmp
 
     monkeypatch.setattr(LocalFileSystem, "append", read_only)
     with pytest.raises(SystemExit) as stop:
-        run("ppo.py", *TINY, "--save-model", "--total-timesteps", "6400", "--run-dir", str(tmp_path / "run"), cwd=tmp_path)
-    assert stop.value.code.startswith(f"error: '{tmp_path}/run': Read-only file system; free space there or make it writable")
+        argv = [*TINY, "--save-model", "--save-every", "0", "--total-timesteps", "6400", "--run-dir", str(tmp_path / "run")]
+        run("ppo.py", *argv, cwd=tmp_path)
+    assert stop.value.code.startswith(f"error: '{tmp_path}/run': Read-only file system; free space there, or make it writable")
     out, err = capfd.readouterr()
     assert "Traceback" not in err and "Exception in thread" not in err, err
     # when the writer thread fails depends on when it flushes: the checkpoint holds the last iteration that completed
@@ -121,7 +130,7 @@ def test_a_read_only_run_dir_is_one_line_at_start_up(tmp_path):
         message = one_line_error(result)
         assert message == (
             f"error: cannot write to --run-dir '{tmp_path}/disk/run' (Read-only file system); "
-            "pass a directory this user can write, on a disk with free space"
+            "pass one this user can write, on a disk with space"
         )
         assert result.stdout == ""  # before the first env step
 
@@ -135,13 +144,16 @@ def test_two_runs_in_one_run_dir_the_second_is_refused_until_the_first_is_gone(t
         before = settled(run_dir)
         second = cli("ppo.py", *argv, cwd=tmp_path)
         assert one_line_error(second) == (
-            f"error: --run-dir '{run_dir}' is in use by the run of process {first.pid}; let it finish (or stop it), or pass another --run-dir"
+            f"error: --run-dir '{run_dir}' is in use by another run; let it finish (or stop it), or pass another --run-dir"
         )
         assert second.stdout == "" and settled(run_dir) == before  # nothing written by the second
     finally:
         first.kill()  # SIGKILL: no clean-up, and the lock dies with the process
         first.communicate(timeout=60)
-    third = cli("ppo.py", *argv[:-4], "--total-timesteps", "64", "--run-dir", str(run_dir), cwd=tmp_path)
+    # the lock died with the first: another run takes the directory (under another name: the first's checkpoint stays)
+    third = cli(
+        "ppo.py", *argv[:-4], "--total-timesteps", "64", "--run-dir", str(run_dir), "--exp-name", "third", cwd=tmp_path
+    )
     assert third.returncode == 0, third.stderr
 
 
@@ -150,13 +162,13 @@ def test_a_directory_where_the_checkpoint_goes_is_one_line_before_anything_is_wr
     (run_dir / "ppo.pt").mkdir(parents=True)
     argv = [*RUN, "--total-timesteps", "64", "--run-dir", str(run_dir)]
     assert error_of("ppo.py", *argv, "--resume", "auto", cwd=tmp_path) == (
-        f"error: checkpoint '{run_dir}/ppo.pt' is a directory, not a file saved with --save-model; pass the file's path, or move the directory away"
+        f"error: checkpoint '{run_dir}/ppo.pt' is not a file; pass the path of one that --save-model wrote"
     )
     assert error_of("ppo.py", *argv, "--resume", str(run_dir / "ppo.pt"), cwd=tmp_path).startswith(
-        f"error: checkpoint '{run_dir}/ppo.pt' is a directory"
+        f"error: checkpoint '{run_dir}/ppo.pt' is not a file"
     )
     assert error_of("ppo.py", *argv, cwd=tmp_path) == (
-        f"error: '{run_dir}/ppo.pt', where --save-model writes the checkpoint, is a directory; move it away, or pass another --exp-name"
+        f"error: --run-dir '{run_dir}' holds ppo.pt: continue it with --resume auto, or pass another --run-dir"
     )
     assert written(run_dir) == ["ppo.pt"]
 
@@ -170,22 +182,25 @@ def test_a_checkpoint_without_its_parts_or_parameters_that_do_not_fit_is_one_lin
     run_dir = tmp_path / "run"
     argv = [*RUN, "--total-timesteps", "64", "--run-dir", str(run_dir)]
     assert error_of("ppo.py", *argv, "--resume", str(tmp_path / "partial.pt"), cwd=tmp_path) == (
-        f"error: '{tmp_path}/partial.pt' has no 'ranks': it is not a whole checkpoint of ppo.py; pass one saved with --save-model"
+        f"error: '{tmp_path}/partial.pt' is not a whole checkpoint of this ppo.py; pass one its --save-model wrote"
     )
     ckpt = torch.load(saved / "ppo.pt", weights_only=False)
     ckpt["agent"]["critic.0.weight"] = torch.zeros(32, 4)  # an edited Agent's
     torch.save(ckpt, tmp_path / "edited.pt")
     assert error_of("ppo.py", *argv, "--resume", str(tmp_path / "edited.pt"), cwd=tmp_path).startswith(
-        f"error: '{tmp_path}/edited.pt' does not fit this Agent (parameters critic.0.weight differ in name or shape)"
+        f"error: '{tmp_path}/edited.pt' does not fit this Agent (size mismatch for critic.0.weight: copying a param with shape"
     )
     assert not run_dir.exists()  # no run dir, no event file, no purge of an earlier log
 
 
 def test_save_every_nan_and_capture_video_without_moviepy_are_refused_before_anything_is_written(tmp_path, monkeypatch):
-    assert error_of("ppo.py", "--save-model", "--save-every", "nan", cwd=tmp_path) == "error: --save-every must be non-negative, got nan"
+    assert (
+        error_of("ppo.py", "--save-model", "--save-every", "nan", cwd=tmp_path)
+        == "error: --save-every must be non-negative, got nan"
+    )
     monkeypatch.setitem(sys.modules, "moviepy", None)  # as where it is not installed: `import moviepy` raises ImportError
     assert error_of("ppo.py", "--capture-video", cwd=tmp_path) == (
-        "error: --capture-video writes videos with moviepy, which does not import here; pip install moviepy, or drop --capture-video"
+        "error: --capture-video writes videos with moviepy, which does not import here; pip install moviepy"
     )
     assert list(tmp_path.iterdir()) == []
 
@@ -194,7 +209,17 @@ def test_save_every_nan_and_capture_video_without_moviepy_are_refused_before_any
 def test_a_run_that_reached_its_end_exits_0_and_releases_its_run_dir(script, tmp_path):
     """The exit status is 0 for a finished run (a stopped one's is 128 + the signal: tests/test_signals.py), and a run
     in this process (IPython's %run) releases its run dir when it ends: another process can continue there."""
-    argv = ["--env-id", QUICK_ENV[script], *RUN, "--total-timesteps", "64", "--run-dir", str(tmp_path / "run"), "--resume", "auto"]
+    argv = [
+        "--env-id",
+        QUICK_ENV[script],
+        *RUN,
+        "--total-timesteps",
+        "64",
+        "--run-dir",
+        str(tmp_path / "run"),
+        "--resume",
+        "auto",
+    ]
     assert cli(script, *argv, cwd=tmp_path).returncode == 0
     assert run(script, *argv, cwd=tmp_path)["start_iteration"] == 3  # resumed at its end: nothing left to train
     again = cli(script, *argv, cwd=tmp_path)
@@ -208,7 +233,16 @@ def test_sigterm_to_one_process_fails_the_torchrun_job(tmp_path):
     from tests.test_distributed import SMALL, pid_of_rank, torchrun
 
     run_dir = tmp_path / "run"
-    argv = [str(ROOT / "ppo.py"), *SMALL, "--total-timesteps", "1000000", "--no-cuda", "--save-model", "--run-dir", str(run_dir)]
+    argv = [
+        str(ROOT / "ppo.py"),
+        *SMALL,
+        "--total-timesteps",
+        "1000000",
+        "--no-cuda",
+        "--save-model",
+        "--run-dir",
+        str(run_dir),
+    ]
     proc = torchrun("--standalone", "--nproc-per-node", "2", *argv, cwd=tmp_path)
     lines = wait_for(proc, "iter 3/")
     os.kill(pid_of_rank(1, str(run_dir)), signal.SIGTERM)
@@ -216,4 +250,7 @@ def test_sigterm_to_one_process_fails_the_torchrun_job(tmp_path):
     assert proc.returncode != 0, out[-3000:]
     (stopped,) = [line for line in out.splitlines() if line.startswith("stopped by SIGTERM after iteration")]
     ckpt = torch.load(run_dir / "ppo.pt", weights_only=False)
-    assert stopped == f"stopped by SIGTERM after iteration {ckpt['iteration']}, which the checkpoint keeps" and len(ckpt["ranks"]) == 2
+    assert (
+        stopped == f"stopped by SIGTERM after iteration {ckpt['iteration']}, saved to {run_dir}/ppo.pt"
+        and len(ckpt["ranks"]) == 2
+    )

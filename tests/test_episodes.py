@@ -37,7 +37,18 @@ def test_value_under_time_limit(script, bootstrap, expected, tmp_path):
     unscaled = ["--reward-scale", "1"] if "reward_scale" in load(script).Args.__dataclass_fields__ else []
     minibatches = ["--num-minibatches", "4"] if load(script).Args().num_minibatches > 4 else []  # 80 samples a batch
     steps = ["--total-timesteps", VALUE_STEPS.get(script, "4000")]
-    g = run(script, "--env-id", toy(script, "Constant"), *VALUE_RUN, *steps, *unscaled, *minibatches, *plain(script), flag, cwd=tmp_path)
+    g = run(
+        script,
+        "--env-id",
+        toy(script, "Constant"),
+        *VALUE_RUN,
+        *steps,
+        *unscaled,
+        *minibatches,
+        *plain(script),
+        flag,
+        cwd=tmp_path,
+    )
     assert g["values"].mean().item() == pytest.approx(expected, abs=0.05 if bootstrap else 0.1)
     if bootstrap:
         assert torch.allclose(g["values"], torch.full_like(g["values"], expected), atol=0.1)
@@ -77,7 +88,17 @@ def test_truncation_carries_gamma_v_final_obs(script, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("script", TOY_SCRIPTS)
 def test_termination_is_not_bootstrapped(script, tmp_path):
-    args = ["--env-id", toy(script, "ConstantTerminal"), "--num-envs", "3", "--num-steps", "32", "--num-minibatches", "1", *plain(script)]
+    args = [
+        "--env-id",
+        toy(script, "ConstantTerminal"),
+        "--num-envs",
+        "3",
+        "--num-steps",
+        "32",
+        "--num-minibatches",
+        "1",
+        *plain(script),
+    ]
     g = run(script, *args, "--total-timesteps", "96", cwd=tmp_path)
     assert episode_ended(g).sum() == 9
     assert torch.all(g["rewards"] == torch.tensor(reward_scale(g), dtype=torch.float32))
@@ -88,7 +109,17 @@ def test_no_phantom_rows(script, tmp_path):
     """Episodes of 2-4 steps: every stored row is a step the env really took, with the env's own
     observation, action and reward; none is an autoreset step whose action was ignored."""
     num_steps, iterations = 32, 2
-    args = ["--env-id", toy(script, "Recorder"), "--num-envs", "2", "--num-minibatches", "2", "--num-steps", str(num_steps), *plain(script)]
+    args = [
+        "--env-id",
+        toy(script, "Recorder"),
+        "--num-envs",
+        "2",
+        "--num-minibatches",
+        "2",
+        "--num-steps",
+        str(num_steps),
+        *plain(script),
+    ]
     g = run(script, *args, "--total-timesteps", str(2 * num_steps * iterations), cwd=tmp_path)
     for i, env in enumerate(g["envs"].envs):
         log = env.unwrapped.log
@@ -107,7 +138,17 @@ def test_no_phantom_rows(script, tmp_path):
 
 @pytest.mark.parametrize("script", TOY_SCRIPTS)
 def test_logged_returns_are_whole_episodes(script, tmp_path):
-    args = ["--env-id", toy(script, "Recorder"), "--num-envs", "2", "--num-minibatches", "2", "--num-steps", "32", *plain(script)]
+    args = [
+        "--env-id",
+        toy(script, "Recorder"),
+        "--num-envs",
+        "2",
+        "--num-minibatches",
+        "2",
+        "--num-steps",
+        "32",
+        *plain(script),
+    ]
     g = run(script, *args, "--total-timesteps", "128", cwd=tmp_path)
     expected = []
     for env in g["envs"].envs:

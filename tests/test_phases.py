@@ -53,7 +53,11 @@ def test_lines_and_sections_get_their_own_time(tmp_path):
     rows = re.findall(r"^\| (\S+) \| ([\d.]+) \| ([\d.]+)% \|$", text, re.M)
     assert rows == [("ROLLOUT", "2.0000", "38.1"), ("UPDATE", "3.0000", "57.1"), ("LOGGING", "0.2500", "4.8")]
     costliest = re.findall(r"^\| (\d+) \| (\S+) \| ([\d.]+) \| [\d.]+% \| (\S+) \|", text, re.M)
-    assert costliest[:3] == [("12", "UPDATE", "3.0000", "1"), ("10", "ROLLOUT", "2.0000", "4"), ("14", "LOGGING", "0.2500", "1")]
+    assert costliest[:3] == [
+        ("12", "UPDATE", "3.0000", "1"),
+        ("10", "ROLLOUT", "2.0000", "4"),
+        ("14", "LOGGING", "0.2500", "1"),
+    ]
 
 
 def test_a_script_that_fails_passes_its_error_on(tmp_path):
@@ -78,4 +82,6 @@ def test_every_script_has_its_sections_timed(script, tmp_path, monkeypatch):
     assert f"{script}: 3 iterations," in text
     sections = re.findall(r"^\| ([A-Z][A-Z -]*) \| [\d.]+ \| [\d.]+% \|$", text, re.M)
     assert sections == ["LEARNING-RATE ANNEALING", "ROLLOUT", "ADVANTAGES", "FLATTEN", "UPDATE", "LOGGING"]
-    assert re.search(r"^\| \d+ \| ROLLOUT \| [\d.]+ \| [\d.]+% \| 16 \| `.*envs\.(step|recv)\(", text, re.M)  # ppo_atari.py: recv
+    assert re.search(
+        r"^\| \d+ \| ROLLOUT \| [\d.]+ \| [\d.]+% \| 16 \| `.*envs\.(step|recv)\(", text, re.M
+    )  # ppo_atari.py: recv

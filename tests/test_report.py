@@ -46,15 +46,25 @@ def test_report_from_runs(tmp_path, capsys):
     for seed in ("1", "2"):
         capsys.readouterr()
         run("ppo.py", *TINY, "--total-timesteps", "640", "--seed", seed, cwd=tmp_path)
-        printed[int(seed)] = re.findall(r"step (\d+) SPS \d+ return ([\d.]+) \(last", capsys.readouterr().out)
+        printed[int(seed)] = re.findall(r"step (\d+) SPS \d+ return ([\d.]+) \(\d+ episodes", capsys.readouterr().out)
     out = tmp_path / "report"
     result = subprocess.run(
-        [sys.executable, str(ROOT / "benchmark" / "report.py"), str(tmp_path / "runs"), "--out", str(out), "--at", "100,320,640"],
+        [
+            sys.executable,
+            str(ROOT / "benchmark" / "report.py"),
+            str(tmp_path / "runs"),
+            "--out",
+            str(out),
+            "--at",
+            "100,320,640",
+        ],
         capture_output=True,
         text=True,
     )
     assert result.returncode == 0, result.stderr
-    (row,) = [line for line in out.with_suffix(".md").read_text().splitlines() if line.startswith("| CartPole-v1 | ppo | 1,2 |")]
+    (row,) = [
+        line for line in out.with_suffix(".md").read_text().splitlines() if line.startswith("| CartPole-v1 | ppo | 1,2 |")
+    ]
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[:4] == ["CartPole-v1", "ppo", "1,2", "640"]
     mean, std = map(float, cells[5].split(" ± "))
@@ -67,8 +77,16 @@ def test_report_from_runs(tmp_path, capsys):
         assert len(printed[seed]) == 20
         for step, figure in printed[seed]:
             assert f"{report.mean_at(run_data, int(step)):.2f}" == figure
-        (row,) = [line for line in out.with_suffix(".md").read_text().splitlines() if line.startswith(f"| CartPole-v1 | ppo | {seed} |")]
-        assert row.split(" | ")[3:] == [dict(printed[seed])["128"], dict(printed[seed])["320"], dict(printed[seed])["640"] + " |"]
+        (row,) = [
+            line
+            for line in out.with_suffix(".md").read_text().splitlines()
+            if line.startswith(f"| CartPole-v1 | ppo | {seed} |")
+        ]
+        assert row.split(" | ")[3:] == [
+            dict(printed[seed])["128"],
+            dict(printed[seed])["320"],
+            dict(printed[seed])["640"] + " |",
+        ]
 
 
 def test_solved_threshold_and_success_rate_on_known_numbers():
@@ -89,7 +107,8 @@ def test_solved_threshold_and_success_rate_on_known_numbers():
         ("Unknown-v0", "ppo"): {1: fake(cartpole)},
     }
     rows = {
-        tuple(c.strip() for c in line.strip("|").split("|")[:2]): line for line in report.table(groups, "solved", 100, 0, True).splitlines()
+        tuple(c.strip() for c in line.strip("|").split("|")[:2]): line
+        for line in report.table(groups, "solved", 100, 0, True).splitlines()
     }
     assert rows[("MemoryL30K2-v0", "ppo_rnn")].endswith("| 0.9: 1,950, 1,950 | 100, 100 |")
     assert rows[("MemoryL30K2-v0", "ppo")].endswith("| 0.9: never | 50 |")
@@ -97,7 +116,9 @@ def test_solved_threshold_and_success_rate_on_known_numbers():
     assert rows[("Unknown-v0", "ppo")].endswith("| n/a | n/a |")
     assert report.table(groups, "250", 100, 0).splitlines()[2].endswith("| 1,500 |")  # a number applies to every task
     result = subprocess.run(
-        [sys.executable, str(ROOT / "benchmark" / "report.py"), ".", "--out", "x", "--threshold", "high"], capture_output=True, text=True
+        [sys.executable, str(ROOT / "benchmark" / "report.py"), ".", "--out", "x", "--threshold", "high"],
+        capture_output=True,
+        text=True,
     )
     assert result.returncode == 1 and result.stderr.strip() == "error: --threshold takes a number or `solved`, not 'high'"
 
@@ -106,7 +127,9 @@ def test_peaks_and_published_figures_on_known_numbers():
     """--peaks: a run's best 100 episodes in a row, the step of the last of them, the end over the peak and the
     largest logged update KL; --published: the figure of PUBLISHED beside a task that has one, n/a elsewhere."""
     steps = np.arange(1, 301) * 1000
-    rise_fall = np.r_[np.zeros(100), np.full(100, 800.0), np.tile([300.0, 500.0], 50)]  # peaks at 800 (episodes 101-200), ends at 400
+    rise_fall = np.r_[
+        np.zeros(100), np.full(100, 800.0), np.tile([300.0, 500.0], 50)
+    ]  # peaks at 800 (episodes 101-200), ends at 400
 
     def fake(returns, max_kl):
         return {**fake_run(steps, returns), "curve": report.learning_curve(steps, returns), "max_kl": max_kl}
@@ -120,7 +143,10 @@ def test_peaks_and_published_figures_on_known_numbers():
     rows = report.peaks_table(groups).splitlines()
     # the last 100: 300 and 500 in turn, standard deviation 100, standard error 10: the peak is 40 of them above the end
     assert rows[2] == "| Pendulum-v1 | x | 1 | 400.00 | 800.00 | 200,000 | 0.500 | 40.0 | yes | n/a |"
-    assert rows[3] == "| dm_control_cartpole-swingup-v0 | ppo_continuous_action | 2 | 400.00 | 800.00 | 200,000 | 0.500 | 40.0 | yes | 0.464 |"
+    assert (
+        rows[3]
+        == "| dm_control_cartpole-swingup-v0 | ppo_continuous_action | 2 | 400.00 | 800.00 | 200,000 | 0.500 | 40.0 | yes | 0.464 |"
+    )
     assert rows[-2:] == ["- ppo_continuous_action: 1 of 1 runs", "- x: 1 of 1 runs"]
     lines = report.table(groups, None, 100, 0, published=True).splitlines()
     assert lines[0].endswith("| published: mean ± std (source) |")
@@ -164,4 +190,6 @@ def test_benchmark_variant_names_map_to_the_script_flags():
         assert flags(name).stdout == joined, name
     for name in ("Fast", "ent_coef_0.0+Fast"):
         bad = flags(name)
-        assert bad.returncode == 1 and bad.stdout == "" and bad.stderr.startswith(f"error: unknown variant '{name}' (NAME_VALUE"), name
+        assert (
+            bad.returncode == 1 and bad.stdout == "" and bad.stderr.startswith(f"error: unknown variant '{name}' (NAME_VALUE")
+        ), name

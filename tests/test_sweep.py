@@ -80,10 +80,14 @@ def test_report_statistics_on_known_numbers():
         ("Breakout", "A"): runs([9, 9]),
         ("Breakout", "B"): runs([8, 8]),
     }
-    assert report.compare(groups, "A", "B", reps=500, seed=0).startswith("P(A > B) = 1.000 [1.000, 1.000] (95% CI) over Breakout, Pong")
+    assert report.compare(groups, "A", "B", reps=500, seed=0).startswith(
+        "P(A > B) = 1.000 [1.000, 1.000] (95% CI) over Breakout, Pong"
+    )
     assert report.compare(groups, "A", "A", reps=500, seed=0).startswith("P(A > A) = 0.500")
     # human-normalized: the human score is 1, the random one 0
-    scores = report.normalized({("BreakoutNoFrameskip-v4", "A"): runs([30.5, 1.7]), ("PongNoFrameskip-v4", "A"): runs([-20.7, 14.6])})
+    scores = report.normalized(
+        {("BreakoutNoFrameskip-v4", "A"): runs([30.5, 1.7]), ("PongNoFrameskip-v4", "A"): runs([-20.7, 14.6])}
+    )
     names, matrix = scores["A"]
     assert names == ["BreakoutNoFrameskip-v4", "PongNoFrameskip-v4"] and np.allclose(matrix, [[1, 0], [0, 1]])
     assert report.normalized({("MyEnv-v0", "A"): runs([1.0])}) == {}  # no normalization known: no aggregate
@@ -110,7 +114,10 @@ def test_report_reads_the_scripts_logs(tmp_path):
         (["ppo.py", "--env-ids", "PongNoFrameskip-v4"], "error: PongNoFrameskip-v4 is an Atari game; use ppo_atari.py for it"),
         (["ppo.py", "--env-ids", "CartPole-v1", "--", "--seed", "3"], "error: the sweep sets --seed itself"),
         (["ppo.py", "--env-ids", "CartPole-v1", "--", "--num-minibatches", "3"], "error: "),
-        (["ppo.py", "--env-ids", "CartPole-v1", "--", "--no-such-flag"], "error: ppo.py does not take the arguments '--no-such-flag'"),
+        (
+            ["ppo.py", "--env-ids", "CartPole-v1", "--", "--no-such-flag"],
+            "error: ppo.py does not take the arguments '--no-such-flag'",
+        ),
         (["ppo.py", "--env-ids", "CartPole-v1", "--partition", "p"], "error: --partition and --account are Slurm's"),
     ],
 )
@@ -139,7 +146,9 @@ def slurm(tmp_path_factory):
     if os.geteuid() != 0:
         pytest.skip("the test cluster's daemons run as root")
     state = tmp_path_factory.mktemp("slurm")
-    started = subprocess.run(["bash", str(ROOT / "tests" / "slurm" / "start.sh"), str(state)], capture_output=True, text=True, timeout=120)
+    started = subprocess.run(
+        ["bash", str(ROOT / "tests" / "slurm" / "start.sh"), str(state)], capture_output=True, text=True, timeout=120
+    )
     assert started.returncode == 0, started.stderr
     env = {**ENV, "SLURM_CONF": str(state / "slurm.conf")}
     yield env
@@ -181,7 +190,9 @@ def test_slurm_sweep_requeued_and_preempted_jobs_resume_exactly(slurm, tmp_path)
         time.sleep(0.2)
     array = next(p.name for p in (out / "submitit").iterdir() if (p / f"{p.name}_submission.sh").exists())
     first, second = f"{array}_0", f"{array}_1"
-    subprocess.run(["scontrol", "requeue", first], check=True, env=slurm)  # as an admin or a preemption does: SIGTERM, then requeued
+    subprocess.run(
+        ["scontrol", "requeue", first], check=True, env=slurm
+    )  # as an admin or a preemption does: SIGTERM, then requeued
     subprocess.run(["scancel", "--signal=USR2", second], check=True, env=slurm)  # submitit's signal before a time limit
     requeued, held_since = set(), {}
     while proc.poll() is None:  # Slurm holds a requeued job for two minutes: release it as soon as that is safe
@@ -210,7 +221,12 @@ def test_slurm_sweep_requeued_and_preempted_jobs_resume_exactly(slurm, tmp_path)
     accounted = subprocess.run(
         ["sacct", "-X", "-n", "-D", "-j", array, "-o", "JobID,State"], capture_output=True, text=True, env=slurm
     ).stdout
-    assert sorted(accounted.split("\n")[i].split()[1] for i in range(4)) == ["COMPLETED", "COMPLETED", "REQUEUED", "REQUEUED"], accounted
+    assert sorted(accounted.split("\n")[i].split()[1] for i in range(4)) == [
+        "COMPLETED",
+        "COMPLETED",
+        "REQUEUED",
+        "REQUEUED",
+    ], accounted
     # the same runs, never stopped, on this machine
     done = sweep(*common, "--out", str(reference), *script_args)
     assert done.returncode == 0, done.stderr

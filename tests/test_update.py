@@ -2,6 +2,8 @@
 step's arguments, the optimizer's options and learning rate across checkpoints, --cuda-graphs on the CPU, the help,
 and ppo_atari.py's automatic env groups. What needs a GPU is in tests/test_cuda.py."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -13,15 +15,86 @@ from tests.helpers import SCRIPTS, TINY, error_of, load, params, run, same_param
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_graph_arguments_are_found_in_tuples_nested_to_any_depth(script):
     """A recorded step copies each call's tensors into the ones it was recorded on: a tensor it does not find, such as
-    ppo_rnn.py's state (h, c) inside a minibatch tuple, would be replayed stale. The copies are new tensors, equal."""
+    ppo_rnn.py's state (h, c) inside a minibatch tuple, would be replayed stale. walk() reaches every tensor in nested
+    tuples, with its counterparts, and keeps anything else as it is."""
     module = load(script)
     x, v, h, c = torch.arange(4.0), torch.zeros(2), torch.zeros(1, 2, 3), torch.ones(1, 2, 3)
     args = ("args", x, (v, (h, c)), 7)
-    found = module.tensors_of(args)
-    assert len(found) == 4 and all(a is b for a, b in zip(found, [x, v, h, c], strict=True))
-    static = module.copied(args)
+    static = module.walk(torch.clone, args)
     assert static[0] == "args" and static[3] == 7 and isinstance(static[2][1], tuple)
-    assert all(torch.equal(a, b) and a is not b for a, b in zip(module.tensors_of(static), found, strict=True))
+    pairs = [(static[1], x), (static[2][0], v), (static[2][1][0], h), (static[2][1][1], c)]
+    assert all(torch.equal(a, b) and a is not b for a, b in pairs)
+    later = ("args", x + 1, (v + 2, (h + 3, c + 4)), 7)
+    module.walk(torch.Tensor.copy_, static, later)  # what a replay does before it runs
+    assert torch.equal(static[1], x + 1) and torch.equal(static[2][1][1], c + 4)
+
+
+def update_inputs(script: str, tmp_path) -> tuple:
+    """(module, args, agent, a minibatch as the update takes it) from one tiny iteration of the script: its first
+    minibatch's rows (ppo_rnn.py: the first env's whole sequence and its state at the rollout's start)."""
+    from tests.helpers import interrupt_at_call
+
+    with pytest.MonkeyPatch.context() as m:
+        interrupt_at_call(m, torch.optim.Adam, "step", 1)  # stop at the first step: the batch is whole, the agent untouched
+        g = run(script, *TINY, "--total-timesteps", "32", cwd=tmp_path)
+    if "mb_state" in g:
+        return g, (*(b[g["mb_inds"]] for b in g["batch"]), g["mb_state"])
+    return g, tuple(b[g["mb_inds"]] for b in g["batch"])
+
+
+class Recorder(torch.optim.Optimizer):
+    """An optimizer that keeps the gradients it is asked to step with, and moves nothing."""
+
+    def __init__(self, params):
+        super().__init__(params, {"lr": 0.0})
+        self.grads = []
+
+    def step(self, closure=None):
+        self.grads.append([p.grad.clone() for p in self.param_groups[0]["params"]])
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_the_update_composes_the_loss_and_its_gradient_step(script, tmp_path):
+    """update_minibatch's one step against a loss composed here from the scripts' own pieces: the clipped surrogate of
+    advantages normalized over this minibatch, minus ent_coef times the entropy, plus vf_coef times the value loss (with
+    coefficients no script has by default), its gradient clipped to --max-grad-norm. Gradients left from before are
+    zeroed first. A flipped entropy sign, advantages normalized over the batch or not at all, a coefficient on the wrong
+    term or a missing clip each move the loss or the step."""
+    g, minibatch = update_inputs(script, tmp_path)
+    module, agent = g["update_minibatch"].__globals__, g["agent"]
+    args = dataclasses.replace(g["args"], ent_coef=0.3, vf_coef=0.7, max_grad_norm=0.01, clip_coef=0.2, target_kl=None)
+    for p in agent.parameters():
+        p.grad = torch.full_like(p, 100.0)  # a stale gradient that must not reach the step
+    optimizer = Recorder(agent.parameters())
+    stats = dict(zip(module["STATS"], g["update_minibatch"](args, agent, optimizer, minibatch).tolist(), strict=True))
+
+    if "mb_state" in g:  # ppo_rnn.py replays the sequence from its state, with its dones
+        _, newlogprob, entropy, newvalue, _ = agent.get_action_and_value(
+            minibatch[0], minibatch[7], minibatch[6], minibatch[2]
+        )
+    else:
+        _, newlogprob, entropy, newvalue = agent.get_action_and_value(minibatch[0], minibatch[2])
+    ratio = (newlogprob - minibatch[1]).exp()
+    advantages = minibatch[3]
+    advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+    kept = 1.0 - minibatch[6] if script == "ppo_atari.py" else torch.ones_like(advantages)
+    weights = kept / kept.mean().clamp(min=1.0 / len(kept))
+    pg_loss = module["policy_loss"](advantages * weights, ratio, args.clip_coef)
+    v_loss = module["value_loss"](newvalue, minibatch[5], minibatch[4], args.clip_coef)
+    entropy_loss = (entropy * kept).sum() / kept.sum().clamp(min=1.0)
+    loss = pg_loss - 0.3 * entropy_loss + 0.7 * v_loss
+    assert stats["loss"] == pytest.approx(loss.item(), rel=1e-6, abs=1e-7)
+    assert stats["entropy"] == pytest.approx(entropy_loss.item(), rel=1e-6)
+    assert stats["value_loss"] == pytest.approx(v_loss.item(), rel=1e-6)
+    grads = torch.autograd.grad(loss, list(agent.parameters()))
+    norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(grad) for grad in grads]))
+    assert stats["grad_norm"] == pytest.approx(norm.item(), rel=1e-5) and norm > 0.01  # clipping was due
+    (stepped,) = optimizer.grads
+    assert torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(s) for s in stepped])).item() == pytest.approx(
+        0.01, rel=1e-4
+    )
+    for mine, reference in zip(stepped, grads, strict=True):
+        torch.testing.assert_close(mine, reference * (0.01 / (norm + 1e-6)), rtol=1e-4, atol=1e-9)
 
 
 def adam_steps(optimizer, parameter, n=2) -> dict:
@@ -49,7 +122,11 @@ def test_load_optimizer_keeps_the_runs_options_and_learning_rate_tensor():
     lr = torch.tensor(2.5e-4)
     graphed = torch.optim.Adam([parameter], lr=lr, eps=1e-5, foreach=False)
     module.load_optimizer(graphed, adam_steps(torch.optim.Adam([parameter], lr=5e-4, eps=1e-5, foreach=True), parameter))
-    assert graphed.param_groups[0]["lr"] is lr and lr.item() == pytest.approx(5e-4) and graphed.param_groups[0]["foreach"] is False
+    assert (
+        graphed.param_groups[0]["lr"] is lr
+        and lr.item() == pytest.approx(5e-4)
+        and graphed.param_groups[0]["foreach"] is False
+    )
     module.set_learning_rate(graphed, 1e-4)  # annealing fills the same tensor
     assert graphed.param_groups[0]["lr"] is lr and lr.item() == pytest.approx(1e-4)
 
@@ -77,7 +154,7 @@ def test_automatic_env_groups_split_each_process_envs_in_two_only_where_they_div
     on 2 torchrun processes) keeps them in one, and every env steps."""
     module = load("ppo_atari.py")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # as on a GPU machine
-    envs = module.make_envs(module.Args(num_envs=num_envs), num_envs, "test", 0)
+    envs = module.make_vector_env(module.Args(num_envs=num_envs, run_dir="runs/test"), num_envs, 0)
     assert len(envs.parts) == groups
     obs, _ = envs.reset(seed=1)
     for g, part in enumerate(envs.parts):

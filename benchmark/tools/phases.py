@@ -77,7 +77,11 @@ def summarize(path: str, spent: dict, hits: dict, top: int = 12) -> str:
     """The per-iteration table by section and the costliest lines of the loop, as text."""
     text = Path(path).read_text()
     source = text.splitlines()
-    loops = [node for node in ast.walk(ast.parse(text)) if isinstance(node, ast.For) and getattr(node.target, "id", None) == "iteration"]
+    loops = [
+        node
+        for node in ast.walk(ast.parse(text))
+        if isinstance(node, ast.For) and getattr(node.target, "id", None) == "iteration"
+    ]
     if not loops:
         raise SystemExit(f"{path}: no `for iteration in ...` loop to time")
     head = loops[0]
@@ -112,12 +116,16 @@ def summarize(path: str, spent: dict, hits: dict, top: int = 12) -> str:
     for n, seconds in sorted(in_loop.items(), key=lambda item: -item[1])[:top]:
         share = seconds / loop_total if loop_total else 0.0
         code = source[n - 1].strip().replace("|", "\\|")
-        lines.append(f"| {n} | {section_of[n]} | {seconds / iterations:.4f} | {share:.1%} | {hits.get(n, 0) / iterations:g} | `{code}` |")
+        lines.append(
+            f"| {n} | {section_of[n]} | {seconds / iterations:.4f} | {share:.1%} | {hits.get(n, 0) / iterations:g} | `{code}` |"
+        )
     return "\n".join(lines)
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--sync", action="store_true", help="torch.cuda.synchronize() after every top-level line (CUDA)")
     parser.add_argument("--top", type=int, default=12, help="how many of the costliest lines to list")
     parser.add_argument("--out", help="also write the tables to this file")

@@ -28,7 +28,9 @@ def main():
 
     torch.optim.Adam.step = first_step
     try:
-        caught = run("ppo_atari.py", "--seed", str(seed), "--total-timesteps", "1024", cwd=ROOT / "runs" / "serve_rows_adv_norm")
+        caught = run(
+            "ppo_atari.py", "--seed", str(seed), "--total-timesteps", "1024", cwd=ROOT / "runs" / "serve_rows_adv_norm"
+        )
     finally:
         torch.optim.Adam.step = step
     adv, served, order = caught["b_advantages"], caught["b_served"], caught["epoch_inds"]

@@ -74,7 +74,9 @@ def replay(g: dict, target_kl) -> dict:
             np.random.shuffle(b_inds)
             epoch_inds = torch.as_tensor(b_inds)
         for start in range(0, args.batch_size, args.minibatch_size):
-            stats = update_minibatch(args, agent, optimizer, tuple(b[epoch_inds[start : start + args.minibatch_size]] for b in g["batch"]))
+            stats = update_minibatch(
+                args, agent, optimizer, tuple(b[epoch_inds[start : start + args.minibatch_size]] for b in g["batch"])
+            )
             if stats is None:
                 break
             kls.append(stats[4].item())
@@ -116,7 +118,9 @@ def main():
         for target_kl in [None, *opts.target_kl]:
             r = replay(g, target_kl)
             phases = " | ".join(
-                f"{r['shift'][torch.as_tensor((into >= a) & (into < b))].max():.3f}" if ((into >= a) & (into < b)).any() else "-"
+                f"{r['shift'][torch.as_tensor((into >= a) & (into < b))].max():.3f}"
+                if ((into >= a) & (into < b)).any()
+                else "-"
                 for a, b in PHASES
             )
             print(
