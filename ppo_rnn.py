@@ -512,6 +512,7 @@ def evaluate(args: Args, agent: Agent, envs: gym.vector.VectorEnv, ckpt: dict, d
     returns, and exit."""
     if int(os.environ.get("RANK", 0)) == 0:
         load_agent(agent, ckpt, args.eval_checkpoint)
+        vars(envs).update(ckpt["ranks"][0]["wrapper"])  # a vector wrapper's state as trained (continuous: its statistics)
         greedy = args.eval_greedy
         torch.manual_seed(args.seed)  # sampled actions: the same seed plays the same episodes
         obs, _ = envs.reset(seed=args.seed)
@@ -600,12 +601,13 @@ def start_up(args: Args) -> tuple:
     rank = int(os.environ.get("RANK", 0))
     world_size = int(os.environ.get("WORLD_SIZE", 1))
     cuda = args.cuda and torch.cuda.is_available()
+    if cuda and int(os.environ.get("LOCAL_WORLD_SIZE", 1)) > torch.cuda.device_count():  # before the group: it could not start
+        fail(f"more processes than the {torch.cuda.device_count()} GPU(s) here; lower --nproc-per-node, or pass --no-cuda")
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else torch.device("cpu")
     if world_size > 1:
-        # torch._dynamo (torch.optim loads it lazily), imported before the group exists, lets go of the group at its end
-        importlib.import_module("torch._dynamo")
-        # torchrun --max-restarts keeps its store: an attempt's keys apart from those of the dead processes before it
-        store = dist.PrefixStore(f"restart{os.environ['TORCHELASTIC_RESTART_COUNT']}", next(dist.rendezvous("env://"))[0])
+        importlib.import_module("torch._dynamo")  # else torch.optim's lazy import of it holds the group past its end
+        attempt = f"restart{os.environ.get('TORCHELASTIC_RESTART_COUNT', 0)}"  # torchrun --max-restarts keeps its store:
+        store = dist.PrefixStore(attempt, next(dist.rendezvous("env://"))[0])  # keys apart from the dead attempts' keys
         dist.init_process_group("cpu:gloo,cuda:nccl" if cuda else "gloo", store=store, rank=rank, world_size=world_size)
         everyone = [None] * world_size
         dist.all_gather_object(everyone, (asdict(args), error))
@@ -647,7 +649,10 @@ def from_checkpoint(args: Args) -> Optional[dict]:
     parts = {"format", "args", "agent", "optimizer", "global_step", "iteration", "ranks"}
     if not isinstance(ckpt, dict) or not parts <= ckpt.keys() or ckpt["format"] != CHECKPOINT_FORMAT:
         fail(f"{path!r} is not a whole checkpoint of this {script}; pass one its --save-model wrote")
-    saved = {**ckpt["args"], "run_dir": ckpt["args"]["run_dir"] if args.eval_checkpoint else os.path.dirname(path) or "."}
+    if args.resume and len(ckpt["ranks"]) != int(os.environ.get("WORLD_SIZE", 1)):
+        fail(f"{path!r} was saved by {len(ckpt['ranks'])} process(es), not {os.environ.get('WORLD_SIZE', 1)}; start as many")
+    run_dir = f"{ckpt['args']['run_dir']}-eval" if args.eval_checkpoint else os.path.dirname(path) or "."  # eval: videos apart
+    saved = {**ckpt["args"], "run_dir": run_dir}
     given = tyro.cli(Args, default=Args(**saved))  # the command line again, over the checkpoint's settings
     differ = [name for name in saved if name not in MAY_CHANGE_ON_RESUME and getattr(given, name) != saved[name]]
     if args.resume and given.total_timesteps > saved["total_timesteps"]:
@@ -656,8 +661,6 @@ def from_checkpoint(args: Args) -> Optional[dict]:
         settings = ", ".join(f"{name}={saved[name]!r} (not {getattr(given, name)!r})" for name in differ)
         fail(f"{path!r} keeps the settings it was trained with: {settings}; drop those flags")
     vars(args).update(vars(given), resume=args.resume)
-    if args.eval_checkpoint is not None:  # an evaluation's videos in videos/{run}-eval
-        args.run_dir = f"{args.run_dir}-eval"
     return ckpt
 
 
@@ -673,7 +676,7 @@ def save_checkpoint(args: Args, rank: int, agent, optimizer, envs, global_step: 
     """Write what continuing after `iteration` needs (carry: what the loop takes to the next one), atomically."""
     try:
         env_state = pickle.dumps(envs.envs) if hasattr(envs, "envs") else None  # the sub-envs mid-episode, with their RNGs
-    except (pickle.PicklingError, TypeError):
+    except (pickle.PicklingError, TypeError, AttributeError):  # AttributeError: "Can't pickle local object"
         env_state = None  # video recorders do not pickle (ale-py's vector env has no sub-envs): resume starts new episodes
     rng = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
     rng["cuda"] = torch.cuda.get_rng_state() if carry[0].is_cuda else None
@@ -732,9 +735,7 @@ def start_run(args: Args, rank: int, ckpt: Optional[dict]) -> Optional[SummaryWr
             if os.name == "posix":  # an fcntl lock dies with its process: a killed run leaves nothing locked
                 fcntl = importlib.import_module("fcntl")
                 fcntl.lockf(RUN["lock"], fcntl.LOCK_EX | fcntl.LOCK_NB)
-            RUN["lock"].write(f"{os.getpid()}\n")
-            RUN["lock"].flush()
-            os.fsync(RUN["lock"].fileno())
+            print(os.getpid(), file=RUN["lock"], flush=True)
     except OSError as e:
         if RUN["lock"] is not None and e.errno in (errno.EACCES, errno.EAGAIN):
             fail(f"--run-dir {args.run_dir!r} is in use by another run; let it finish (or stop it), or pass another --run-dir")
@@ -790,18 +791,18 @@ def log_episodes(writer: Optional[SummaryWriter], finished: list) -> list:
 
 
 def end_of_iteration(args: Args, rank: int, agent, optimizer, envs, global_step: int, iteration: int, carry: tuple) -> bool:
-    """Save every --save-every minutes, at the end, and where a signal stops the run (in every process alike): stop?"""
+    """With --save-model, save every --save-every minutes, at the end, and where a signal stops the run; True if one does."""
     due = torch.tensor([RUN["signals"][0] if RUN["signals"] else 0, time.time() - RUN["saved_at"] >= 60 * args.save_every])
     if dist.is_initialized():
         dist.all_reduce(due, op=dist.ReduceOp.MAX)  # a CPU tensor: gloo, no device sync
-    signum = int(due[0])
-    if args.save_model and (signum or due[1] or iteration == args.num_iterations):
+    saved = f", saved to {args.run_dir}/{args.exp_name}.pt" if args.save_model else ""
+    if saved and (due.any() or iteration == args.num_iterations):
         save_checkpoint(args, rank, agent, optimizer, envs, global_step, iteration, carry)
         RUN["saved_at"] = time.time()
-    if signum and rank == 0:
-        saved = f", saved to {args.run_dir}/{args.exp_name}.pt" if args.save_model else ""
-        print(f"stopped by {signal.Signals(signum).name} after iteration {iteration}{saved}")
-    return signum > 0
+    if rank == 0 and (due[0] or iteration == args.num_iterations):
+        end = f"stopped by {signal.Signals(int(due[0])).name}" if due[0] else "finished"
+        print(f"{end} after iteration {iteration}{saved}")
+    return bool(due[0])
 
 
 def close_run(args: Args, rank: int, writer: Optional[SummaryWriter], envs, finished: list, error):
@@ -891,10 +892,8 @@ if __name__ == "__main__":
     # LOGGING
     writer = start_run(args, rank, ckpt)  # rank 0 claims --run-dir and opens TensorBoard there (None elsewhere)
     if rank == 0:
-        processes = f", {world_size} processes of {num_envs} envs" if world_size > 1 else ""
-        print(
-            f"batch {args.batch_size}, minibatch {args.minibatch_size}, {args.num_iterations} iterations, {device}{processes}"
-        )
+        sizes = f"batch {args.batch_size}, minibatch {args.minibatch_size}, {args.num_iterations} iterations, {device}"
+        print(sizes + (f", {world_size} processes of {num_envs} envs" if world_size > 1 else ""))
     recent_returns = deque(maxlen=100)
     finished = []  # (global_step, return, length) of this process's episodes since the last log
     start_time = time.time()
@@ -935,14 +934,9 @@ if __name__ == "__main__":
             # ADVANTAGES
             with torch.inference_mode():
                 next_value = agent.get_value(next_obs, next_rnn_state, next_done.to(device))
-            gae_inputs = (
-                rewards.to(device),
-                values,
-                dones.to(device),
-                next_value,
-                next_done.to(device),
-            )  # rewards, dones: host
-            advantages, returns = compute_gae(*gae_inputs, args.gamma, args.gae_lambda)
+            advantages, returns = compute_gae(  # rewards and dones were stored on the host
+                rewards.to(device), values, dones.to(device), next_value, next_done.to(device), args.gamma, args.gae_lambda
+            )
 
             # FLATTEN
             b_obs = obs.reshape((-1,) + envs.single_observation_space.shape)  # (batch, *obs_shape)

@@ -8,8 +8,8 @@
 #       (gpu.sh speed, 2026-11-24): about 51 and 20 minutes a run (benchmark/README.md, Speed).
 #   SHORT=1 [SEEDS="1 2 3"] bash benchmark/ppo_atari.sh
 #       the CPU check: Breakout, 1M steps, the default settings and the throughput settings side by
-#       side (two runs at a time, one per setting, each with --env-threads 1 and OMP_NUM_THREADS=1; the
-#       results do not depend on the thread counts), then the report.
+#       side (two runs at a time, one per setting, each on one core by taskset, which the native env's
+#       threads follow, and OMP_NUM_THREADS=1; the results do not depend on the thread counts), then the report.
 # On the GPU machine, which runs one command for 10 minutes at most, benchmark/gpu.sh starts one run
 # detached and collects its log; `--save-model` then `--resume` continues a run in a later session
 # (native envs: new games, same agent, optimizer, counters and RNGs).
@@ -19,9 +19,10 @@ throughput=(--num-envs 128 --num-steps 32 --num-minibatches 16 --exp-name ppo_at
 if [ "${SHORT:-0}" = 1 ]; then
   out=benchmark/results/ppo_atari_1m_native
   export OMP_NUM_THREADS=1
-  JOBS=1 bash benchmark/run_many.sh ppo_atari.py "$out" "BreakoutNoFrameskip-v4" "${SEEDS:-1}" --total-timesteps 1000000 --env-threads 1 &
-  JOBS=1 TAG=throughput bash benchmark/run_many.sh ppo_atari.py "$out" "BreakoutNoFrameskip-v4" "${SEEDS:-1}" \
-    --total-timesteps 1000000 --env-threads 1 "${throughput[@]}" &
+  JOBS=1 taskset -c 0 bash benchmark/run_many.sh ppo_atari.py "$out" "BreakoutNoFrameskip-v4" "${SEEDS:-1}" \
+    --total-timesteps 1000000 &
+  JOBS=1 TAG=throughput taskset -c 1 bash benchmark/run_many.sh ppo_atari.py "$out" "BreakoutNoFrameskip-v4" "${SEEDS:-1}" \
+    --total-timesteps 1000000 "${throughput[@]}" &
   wait
   python benchmark/report.py "$out/runs" --title "Breakout, 1M steps, CPU" --out "$out/report" \
     --at 100000,300000,500000,800000,999424

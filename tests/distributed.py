@@ -4,6 +4,7 @@ Each process writes what the test asks for to `out/rank{rank}.pt`."""
 
 import multiprocessing
 import os
+import signal
 import socket
 import sys
 from pathlib import Path
@@ -25,13 +26,16 @@ class Stop(KeyboardInterrupt):
     """Ctrl-C, as a patched call raises it."""
 
 
-def _patch(cls, name: str, call_number: int, before=None):
-    """Make cls.name raise Stop on its call_number-th call (after calling `before(self)`, if given)."""
+def _patch(cls, name: str, call_number: int, before=None, signum=None):
+    """Make cls.name raise Stop on its call_number-th call (after calling `before(self)`, if given), or, with `signum`,
+    send this process that signal there and go on (the script's handler notes it: the run stops after the iteration)."""
     original, calls = getattr(cls, name), [0]
 
     def wrapper(self, *a, **kw):
         calls[0] += 1
-        if calls[0] == call_number:
+        if calls[0] == call_number and signum is not None:
+            signal.raise_signal(signum)
+        elif calls[0] == call_number:
             if before is not None:
                 before(self)
             raise Stop
@@ -73,6 +77,8 @@ def _worker(rank: int, world_size: int, port: int, script: str, argvs: list, cwd
         )
     if "env_step" in stop:
         _patch(step_class, method, stop["env_step"])
+    if "env_step_sigterm" in stop:  # SIGTERM: handled even where a background shell left Ctrl-C ignored
+        _patch(step_class, method, stop["env_step_sigterm"], signum=signal.SIGTERM)
     groups = []  # the default process group the script creates
     original_init = torch.distributed.init_process_group
 

@@ -132,3 +132,12 @@ short_game("ShortBreakout-v4", "breakout", 800)
 # on gymnasium's path (seed 9, the 23rd step), at 88 frames counted after the no-ops in the native env (seed 1, the 22nd)
 short_game("LifeAtLimitBreakout-v4", "breakout", 122)
 short_game("NativeLifeAtLimitBreakout-v4", "breakout", 88)
+
+
+def _unpicklable():
+    """CartPole through a wrapper that holds a local lambda, as gymnasium's FlattenObservation does: it does not pickle."""
+    env = gym.make("CartPole-v1")
+    return gym.wrappers.TransformObservation(env, lambda obs: obs, env.observation_space)
+
+
+gym.register("Unpicklable-v0", entry_point=_unpicklable, max_episode_steps=500)

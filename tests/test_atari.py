@@ -8,6 +8,7 @@ import copy
 import functools
 import pickle
 
+import ale_py
 import cv2
 import gymnasium as gym
 import numpy as np
@@ -17,7 +18,7 @@ from ale_py.vector_env import AtariVectorEnv
 from torch.utils.tensorboard import SummaryWriter
 
 import tests.envs  # noqa: F401  (registers the short games the native tests play)
-from tests.helpers import TINY, checkpoint_path, error_of, interrupt_at_call, load, run
+from tests.helpers import TINY, checkpoint_path, error_of, interrupt_at_call, load, run, signal_at_call
 
 SCRIPT = "ppo_atari.py"
 
@@ -80,6 +81,26 @@ def test_frame_skip_max_pools_the_last_two_frames():
         np.testing.assert_array_equal(new_obs[:3], obs[1:])  # oldest frame first, newest last
         obs = new_obs
     assert pooled_differs  # the max mattered on some step (the ball moves between the two frames)
+
+
+def test_a_time_limit_observation_holds_the_emulators_last_two_frames():
+    """At a game's time limit gymnasium's AtariPreprocessing stops its frame skip before it takes the last two screens (it
+    would return the step before's); LastScreens puts them in, so that the truncated step's observation, the one whose
+    value the rollout bootstraps, holds the max of the emulator's last two frames like every other observation."""
+    stale = 0
+    for seed in range(4):  # no-op starts of different lengths: limits that fall on different frames of the skip
+        env = make("tests.envs:ShortPong-v4")  # cut at 400 emulator frames
+        log = record_steps(env.unwrapped)
+        obs, _ = env.reset(seed=seed)
+        truncated = False
+        while not truncated:
+            before = obs
+            obs, _, terminated, truncated, _ = env.step(0)
+            assert not terminated
+        pooled = cv2.resize(np.maximum(log[-2][1], log[-1][1]), (84, 84), interpolation=cv2.INTER_AREA)
+        np.testing.assert_array_equal(obs[-1], pooled)
+        stale += not np.array_equal(obs[-1], before[-1])  # what AtariPreprocessing alone returns here
+    assert stale > 0
 
 
 def test_frame_stack_shape_and_start():
@@ -161,8 +182,20 @@ def test_env_pickles_mid_game_and_plays_on_identically():
 # ale-py's native vector env (the default path): the same learning semantics as make_env's stack
 
 
-def native(env_id="BreakoutNoFrameskip-v4", num_envs=1, **settings):
-    return load(SCRIPT).NativeAtari(env_id, num_envs, 1, **settings)
+def native(env_id="BreakoutNoFrameskip-v4", num_envs=1, video=None, **settings):
+    """The script's NativeAtari of one group, with ale-py's `settings` in place of its own (noop_max=0, use_fire_reset=False:
+    as the tests' gymnasium stacks are set up; without FIRE at a game's start, no serve after a lost life either)."""
+    module = load(SCRIPT)
+    real = ale_py.AtariVectorEnv
+
+    def make(game, num_envs, **kwargs):
+        return real(game, num_envs, **{**kwargs, **settings})
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(ale_py, "AtariVectorEnv", make)
+        envs = module.NativeAtari(env_id, num_envs, 1, video)
+    envs.fire = envs.fire and settings.get("use_fire_reset", True)
+    return envs
 
 
 def step(envs, actions) -> tuple:
@@ -266,7 +299,7 @@ def test_native_truncation_is_bootstrapped(tmp_path, monkeypatch):
     g = run(SCRIPT, *argv, "--total-timesteps", "256", cwd=tmp_path)
     assert g["dones"][:, 0].nonzero().flatten().tolist() == [100] == g["dones"][:, 1].nonzero().flatten().tolist()
 
-    replay = load(SCRIPT).NativeAtari("tests.envs:ShortPong-v4", 2, 1)
+    replay = native("tests.envs:ShortPong-v4", 2)
     obs, _ = replay.reset(seed=1)
     np.testing.assert_array_equal(obs, g["obs"][0].numpy())
     for t in range(128):
@@ -308,7 +341,7 @@ def test_native_env_matches_the_gymnasium_wrappers(env_id, monkeypatch):
     monkeypatch.setattr(gym.wrappers, "AtariPreprocessing", functools.partial(gym.wrappers.AtariPreprocessing, noop_max=0))
     env = module.make_env(env_id, 0, False, "test")()
     layer(env, module.EpisodicLife).serve_actions = ()  # no FIRE after a reset or a lost life
-    envs = module.NativeAtari(env_id, 1, 1, noop_max=0, use_fire_reset=False)
+    envs = native(env_id, 1, noop_max=0, use_fire_reset=False)
     a, _ = env.reset(seed=0)
     (b,), _ = envs.reset(seed=0)
     rng, seen, games, life_losses, steps, lost_in_game = np.random.default_rng(0), 1, 0, 0, 0, 0
@@ -375,23 +408,24 @@ def test_native_resume_restores_the_run_and_starts_new_games(tmp_path, monkeypat
         AtariVectorEnv, "reset", lambda self, seed=None, options=None: seeds.append(seed) or reset(self, seed=seed)
     )
     with monkeypatch.context() as m:
-        interrupt_at_call(m, AtariVectorEnv, "recv", 5 * 16 + 7)
-        run(SCRIPT, *argv, cwd=tmp_path / "a")
+        signal_at_call(m, AtariVectorEnv, "recv", 5 * 16 + 7)  # Ctrl-C in iteration 6: it ends, and is saved
+        with pytest.raises(SystemExit):
+            run(SCRIPT, *argv, cwd=tmp_path / "a")
     path = checkpoint_path(tmp_path / "a")
     ckpt = torch.load(path, weights_only=False)
-    assert ckpt["iteration"] == 5 and ckpt["global_step"] == 160 and ckpt["ranks"][0]["envs"] is None
+    assert ckpt["iteration"] == 6 and ckpt["global_step"] == 192 and ckpt["ranks"][0]["envs"] is None
     capsys.readouterr()
     with monkeypatch.context() as m:
         interrupt_at_call(m, torch.optim.Adam, "step", 1)  # before the first update of the resumed run
-        g = run(SCRIPT, *argv, "--resume", str(path), cwd=tmp_path / "b")
+        g = run(SCRIPT, "--resume", str(path), cwd=tmp_path / "b")
     assert "no env state" in capsys.readouterr().out
-    assert [list(s) for s in seeds] == [[1, 2], [1, 2], [161, 162]]  # the run's, the fresh ones, the resumed games'
-    assert g["iteration"] == 6 and g["global_step"] == 192
-    assert g["optimizer"].param_groups[0]["lr"] == pytest.approx(0.5 * g["args"].learning_rate)  # annealed as at iteration 6
+    assert [list(s) for s in seeds] == [[1, 2], [1, 2], [193, 194]]  # the run's, the fresh ones, the resumed games'
+    assert g["iteration"] == 7 and g["global_step"] == 224
+    assert g["optimizer"].param_groups[0]["lr"] == pytest.approx(0.4 * g["args"].learning_rate)  # annealed as at iteration 7
     assert all(torch.equal(p, ckpt["agent"][k]) for k, p in g["agent"].state_dict().items())
     state = g["optimizer"].state_dict()["state"]
     assert all(torch.equal(state[k]["exp_avg"], v["exp_avg"]) for k, v in ckpt["optimizer"]["state"].items())
-    resumed = run(SCRIPT, *argv, "--resume", str(path), cwd=tmp_path / "c")
+    resumed = run(SCRIPT, "--resume", str(path), cwd=tmp_path / "c")
     assert resumed["global_step"] == 320 and type(resumed["envs"]).__name__ == "NativeAtari"
 
 
@@ -484,7 +518,7 @@ def test_native_game_over_on_a_lost_bonus_life_at_the_time_limit_is_logged_alone
         _, _, terminations, truncations, infos = step(envs, actions[t])
         if t == 466:  # the case in point
             assert terminations[0] and not truncations[0] and lives[0] == 5 and infos["lives"][0] == 4
-            assert not envs.serving[0]  # a new game: its first step is the agent's
+            assert not envs.serves[0]  # a new game: its first step is the agent's
         if "final_info" in infos:
             ends.append(t)
             start = ends[-2] + 1 if len(ends) > 1 else 0
@@ -504,12 +538,12 @@ def test_native_serve_rows_are_left_out_of_the_policy_terms(tmp_path, monkeypatc
     g = run(
         SCRIPT, "--num-envs", "2", "--num-steps", "256", "--num-minibatches", "1", "--total-timesteps", "512", cwd=tmp_path
     )
-    played, served = torch.as_tensor(np.stack(sent[:256])), g["served"].bool()
+    played, served = torch.as_tensor(np.stack(sent[:256])), g["serves"].bool()
     assert 3 <= served.sum() and torch.all(played[served] == 1) and torch.equal(played[~served], g["actions"][~served])
     assert (g["actions"][served] != 1).any()  # sampled actions the env did not play
     assert torch.all(g["dones"].bool()[served])  # a serve is the first row of an episode (a new life)
 
-    batch = tuple(g[k] for k in ("b_obs", "b_logprobs", "b_actions", "b_advantages", "b_returns", "b_values", "b_served"))
+    batch = tuple(g[k] for k in ("b_obs", "b_logprobs", "b_actions", "b_advantages", "b_returns", "b_values", "b_serves"))
 
     def update(rows) -> list:
         """The parameters after the minibatch step on the whole batch, with other actions on `rows`."""
@@ -553,7 +587,7 @@ def test_a_life_lost_on_the_time_limit_step_is_a_termination_on_both_paths():
         lives = infos["lives"]
         _, _, terminations, truncations, infos = step(envs, np.array([0]))
     assert lives[0] == 5 and infos["final_info"]["episode"]["l"][0] == 22  # a life lost as the game was cut
-    assert (terminations[0], truncations[0]) == (True, False) and not envs.serving[0]  # a new game: no serve
+    assert (terminations[0], truncations[0]) == (True, False) and not envs.serves[0]  # a new game: no serve
 
 
 def record_agent_env(monkeypatch) -> list:
@@ -604,12 +638,12 @@ def test_evaluation_plays_the_env_path_its_checkpoint_trained_on(tmp_path, monke
     assert all(np.array_equal(a, b) for a, b in zip(sent, recorded_sent, strict=True))
     assert list(tmp_path.glob("videos/*-eval/game-episode-0.mp4"))
 
-    replay = load(SCRIPT).NativeAtari("BreakoutNoFrameskip-v4", 1, 1)  # as training makes it (make_envs)
+    replay = native("BreakoutNoFrameskip-v4", 1)  # as training makes it (make_vector_env)
     obs, _ = replay.reset(seed=1)  # evaluation's seed: --seed's
     assert len(observed) == len(sent) + 1 and np.array_equal(obs, observed[0]) and not obs[0, :3].any()  # zeros at the start
     served = 0
     for t, action in enumerate(sent):
-        serving = replay.serving[0]
+        serving = replay.serves[0]
         obs, _, _, _, _ = step(replay, action)
         assert np.array_equal(obs, observed[t + 1]), t
         if serving:  # a new life's first step: FIRE, and the stack the agent saw before the lost life goes on

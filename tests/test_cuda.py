@@ -25,6 +25,7 @@ from tests.helpers import (
     params,
     run,
     same_params,
+    signal_at_call,
 )
 
 pytestmark = pytest.mark.skipif(
@@ -63,9 +64,10 @@ def test_interrupted_then_resumed_equals_uninterrupted_on_cuda(script, tmp_path,
     argv = [*TINY, "--total-timesteps", "320", "--save-model", "--cuda", *EXACT_RESUME[script]]
     straight = params(run(script, *argv, cwd=tmp_path / "a")["agent"])
     with monkeypatch.context() as m:
-        interrupt_at_call(m, gym.vector.SyncVectorEnv, "step", 5 * 16 + 7)
-        run(script, *argv, cwd=tmp_path / "b")
-    resumed = run(script, *argv, "--resume", str(checkpoint_path(tmp_path / "b")), cwd=tmp_path / "c")
+        signal_at_call(m, gym.vector.SyncVectorEnv, "step", 5 * 16 + 7)  # Ctrl-C in iteration 6: it ends, and is saved
+        with pytest.raises(SystemExit):
+            run(script, *argv, cwd=tmp_path / "b")
+    resumed = run(script, "--resume", str(checkpoint_path(tmp_path / "b")), "--cuda", cwd=tmp_path / "c")
     assert resumed["global_step"] == 320
     assert same_params(straight, params(resumed["agent"]))
 
@@ -172,8 +174,8 @@ def test_cuda_graph_update_step_equals_the_eager_one(script, tmp_path, monkeypat
 @pytest.mark.parametrize("envs", ["native", "gymnasium"])
 def test_cuda_graphs_train_deterministically_and_resume(envs, tmp_path, monkeypatch):
     """ppo_atari.py --cuda-graphs: the same seed gives the same parameters, other numbers than without graphs (fused
-    Adam), the learning rate annealed in place on the GPU. Stopped in iteration 4 of 8 and resumed, the run trains
-    iterations 4-8 with the graphs recorded anew, the learning rate still the GPU tensor they read and still annealed,
+    Adam), the learning rate annealed in place on the GPU. Stopped after iteration 4 of 8 and resumed, the run trains
+    iterations 5-8 with the graphs recorded anew, the learning rate still the GPU tensor they read and still annealed,
     and (on the gymnasium path, whose envs pickle) ends with the parameters of the run that never stopped."""
     argv = [
         "--num-envs",
@@ -198,11 +200,12 @@ def test_cuda_graphs_train_deterministically_and_resume(envs, tmp_path, monkeypa
     per_iteration = 16 * len(a["envs"].parts)  # the rollout's calls of the step method below
     with monkeypatch.context() as m:
         step_class, method = (AtariVectorEnv, "recv") if envs == "native" else (gym.vector.SyncVectorEnv, "step")
-        interrupt_at_call(m, step_class, method, 3 * per_iteration + 7)  # in iteration 4
-        run("ppo_atari.py", *argv, "--save-model", cwd=tmp_path / "d")
+        signal_at_call(m, step_class, method, 3 * per_iteration + 7)  # Ctrl-C in iteration 4: it ends, and is saved
+        with pytest.raises(SystemExit):
+            run("ppo_atari.py", *argv, "--save-model", cwd=tmp_path / "d")
     path = checkpoint_path(tmp_path / "d")
-    assert torch.load(path, map_location="cpu", weights_only=False)["iteration"] == 3  # the resumed run has 5 to train
-    resumed = run("ppo_atari.py", *argv, "--resume", str(path), cwd=tmp_path / "e")
+    assert torch.load(path, map_location="cpu", weights_only=False)["iteration"] == 4  # the resumed run has 4 to train
+    resumed = run("ppo_atari.py", "--resume", str(path), "--cuda", cwd=tmp_path / "e")
     assert resumed["global_step"] == 512 and resumed["iteration"] == 8 and resumed["update_step"].graph is not None
     lr = resumed["optimizer"].param_groups[0]["lr"]
     assert isinstance(lr, torch.Tensor) and lr.is_cuda and lr.item() == pytest.approx(2.5e-4 / 8)
@@ -216,11 +219,12 @@ def test_cuda_graphs_checkpoint_from_the_cpu_resumes_on_cuda(tmp_path, monkeypat
     it goes into the GPU tensor the recorded step reads, which anneals from there to the last iteration's rate."""
     argv = [*TINY, "--total-timesteps", "256", "--cuda-graphs", "--save-model"]  # 8 iterations of 2 envs x 16 steps
     with monkeypatch.context() as m:
-        interrupt_at_call(m, gym.vector.SyncVectorEnv, "step", 3 * 16 + 5)  # in iteration 4
-        run("ppo.py", *argv, "--no-cuda", cwd=tmp_path / "a")
+        signal_at_call(m, gym.vector.SyncVectorEnv, "step", 3 * 16 + 5)  # Ctrl-C in iteration 4: it ends, and is saved
+        with pytest.raises(SystemExit):
+            run("ppo.py", *argv, "--no-cuda", cwd=tmp_path / "a")
     path = checkpoint_path(tmp_path / "a")
     assert not isinstance(torch.load(path, weights_only=False)["optimizer"]["param_groups"][0]["lr"], torch.Tensor)
-    resumed = run("ppo.py", *argv, "--cuda", "--resume", str(path), cwd=tmp_path / "b")
+    resumed = run("ppo.py", "--cuda", "--resume", str(path), cwd=tmp_path / "b")
     assert resumed["global_step"] == 256 and type(resumed["update_step"]).__name__ == "CudaGraph"
     lr = resumed["optimizer"].param_groups[0]["lr"]
     assert isinstance(lr, torch.Tensor) and lr.is_cuda and lr.item() == pytest.approx(2.5e-4 / 8)

@@ -104,7 +104,7 @@ def test_a_fresh_run_whose_run_dir_holds_a_checkpoint_is_refused(tmp_path):
     run("ppo.py", *TINY, "--total-timesteps", "64", "--save-model", "--run-dir", str(run_dir), cwd=tmp_path)
     before = (run_dir / "ppo.pt").read_bytes()
     assert error_of("ppo.py", *TINY, "--total-timesteps", "64", "--run-dir", str(run_dir), cwd=tmp_path) == (
-        f"error: --run-dir {str(run_dir)!r} holds a checkpoint: continue it with --resume auto, or pass another --run-dir"
+        f"error: --run-dir {str(run_dir)!r} holds ppo.pt: continue it with --resume auto, or pass another --run-dir"
     )
     assert (run_dir / "ppo.pt").read_bytes() == before
     assert (
@@ -180,3 +180,15 @@ def test_a_dm_control_id_without_its_venv_names_requirements_dmc(tmp_path, monke
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "shimmy" else real(name, *a))
     message = error_of("ppo_continuous_action.py", "--env-id", "dm_control/cartpole-swingup-v0", cwd=tmp_path)
     assert "requirements-dmc.txt" in message
+
+
+def test_an_env_that_does_not_pickle_is_saved_without_its_state_and_resumes_with_new_episodes(tmp_path, capsys):
+    """pickle's errors for a local lambda (AttributeError), a video recorder or a C++ env: the checkpoint is written
+    without the envs, and the resumed run says so and starts new episodes."""
+    argv = ["--env-id", "tests.envs:Unpicklable-v0", *TINY, "--save-model"]
+    run("ppo.py", *argv, "--total-timesteps", "64", cwd=tmp_path)
+    path = checkpoint_path(tmp_path)
+    assert torch.load(path, weights_only=False)["ranks"][0]["envs"] is None
+    capsys.readouterr()
+    resumed = run("ppo.py", "--resume", str(path), "--total-timesteps", "128", cwd=tmp_path)
+    assert resumed["global_step"] == 128 and "no env state" in capsys.readouterr().out

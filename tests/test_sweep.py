@@ -42,7 +42,7 @@ def test_local_sweep_runs_every_run_and_the_report_gives_each_group_an_iqm(tmp_p
         for seed in (1, 2):
             step, _ = agent_of(out / "runs" / f"{env_id}__ppo__{seed}__sweep" / "ppo.pt")
             assert step == 1280
-            assert "checkpoint of iteration 40 saved" in (out / "logs" / f"ppo__{env_id}__{seed}.log").read_text()
+            assert "finished after iteration 40, saved to" in (out / "logs" / f"ppo__{env_id}__{seed}.log").read_text()
     # the same command again, for one of its runs: it is finished, so it stops at once (--resume auto) and its log says so
     one = ["--env-ids", "CartPole-v1", "--seeds", "1", "--out", str(out), "--jobs", "1"]
     again = sweep("ppo.py", *one, "--", *TINY, "--total-timesteps", "1280", "--no-cuda")

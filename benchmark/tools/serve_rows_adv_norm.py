@@ -33,7 +33,7 @@ def main():
         )
     finally:
         torch.optim.Adam.step = step
-    adv, served, order = caught["b_advantages"], caught["b_served"], caught["epoch_inds"]
+    adv, served, order = caught["b_advantages"], caught["b_serves"], caught["epoch_inds"]
     print(f"rows {len(adv)}, serve rows {int(served.sum())}")
     worst_mean, worst_std = 0.0, 0.0
     for mb in order.reshape(caught["args"].num_minibatches, -1):
