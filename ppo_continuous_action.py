@@ -514,8 +514,7 @@ def evaluate(args: Args, agent: Agent, envs: gym.vector.VectorEnv, ckpt: dict, d
 # ==================================================================================================================
 
 CHECKPOINT_FORMAT = 3  # raised whenever what a checkpoint holds changes; another format gets a one-line error
-# what --resume and --eval-checkpoint may change (how the run runs and is recorded); the rest is the checkpoint's
-MAY_CHANGE_ON_RESUME = (
+MAY_CHANGE_ON_RESUME = (  # how a run runs and is recorded: what --resume and --eval-checkpoint may change
     "exp_name seed torch_deterministic cuda track wandb_project_name wandb_entity capture_video save_model save_every "
     "run_dir resume eval_checkpoint eval_episodes eval_greedy env_groups"
 ).split()
