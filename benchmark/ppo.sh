@@ -5,4 +5,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 out=benchmark/results/ppo
 bash benchmark/run_many.sh ppo.py "$out" "CartPole-v1 Acrobot-v1 MountainCar-v0" "1 2 3" --total-timesteps 500000
-python benchmark/report.py "$out/runs" --title "ppo.py, classic control, 500k steps" --out "$out/report"
+python benchmark/report.py "$out/runs" "$out/scalars" --save-scalars --title "ppo.py, classic control, 500k steps" --out "$out/report"

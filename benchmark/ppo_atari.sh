@@ -24,12 +24,12 @@ if [ "${SHORT:-0}" = 1 ]; then
   JOBS=1 TAG=throughput taskset -c 1 bash benchmark/run_many.sh ppo_atari.py "$out" "BreakoutNoFrameskip-v4" "${SEEDS:-1}" \
     --total-timesteps 1000000 "${throughput[@]}" &
   wait
-  python benchmark/report.py "$out/runs" --title "Breakout, 1M steps, CPU" --out "$out/report" \
+  python benchmark/report.py "$out/runs" "$out/scalars" --save-scalars --title "Breakout, 1M steps, CPU" --out "$out/report" \
     --at 100000,300000,500000,800000,999424
 else
   out=benchmark/results/ppo_atari
   games="BreakoutNoFrameskip-v4 PongNoFrameskip-v4 BeamRiderNoFrameskip-v4"
   JOBS=1 bash benchmark/run_many.sh ppo_atari.py "$out" "$games" "1 2 3" --cuda --cuda-graphs --save-model
   JOBS=1 TAG=throughput bash benchmark/run_many.sh ppo_atari.py "$out" "$games" "1 2 3" --cuda --cuda-graphs --save-model "${throughput[@]}"
-  python benchmark/report.py "$out/runs" --title "Atari, 10M steps" --out "$out/report"
+  python benchmark/report.py "$out/runs" "$out/scalars" --save-scalars --title "Atari, 10M steps" --out "$out/report"
 fi

@@ -16,14 +16,14 @@ if [ -n "$variant" ]; then
   exp=ppo_continuous_action_$variant dir=${out}_${variant%_[0-9]*}
   TAG=$variant bash benchmark/run_many.sh ppo_continuous_action.py "$dir" "HalfCheetah-v5 Hopper-v5 Walker2d-v5" "1 2 3" \
     --total-timesteps 1000000 "${flags[@]}" --exp-name "$exp"
-  python benchmark/report.py "$dir/runs" "$out/logs" --peaks --title "MuJoCo v5, 1M steps: the default and ${flags[*]}" \
+  python benchmark/report.py "$dir/runs" "$dir/scalars" "$out/logs" --save-scalars --peaks --title "MuJoCo v5, 1M steps: the default and ${flags[*]}" \
     --compare "$exp" ppo_continuous_action --out "$dir/report"
   exit 0
 fi
 bash benchmark/run_many.sh ppo_continuous_action.py "$out" "HalfCheetah-v5 Hopper-v5 Walker2d-v5" "1 2 3" --total-timesteps 1000000 --save-model
 TAG=no_bootstrap bash benchmark/run_many.sh ppo_continuous_action.py "$out" "HalfCheetah-v5" "${NO_BOOTSTRAP_SEEDS:-1 2 3}" --total-timesteps 1000000 \
   --no-bootstrap-truncation --exp-name ppo_continuous_action_no_bootstrap
-python benchmark/report.py "$out/runs" --title "MuJoCo v5, 1M steps" --compare ppo_continuous_action ppo_continuous_action_no_bootstrap \
+python benchmark/report.py "$out/runs" "$out/scalars" --save-scalars --title "MuJoCo v5, 1M steps" --compare ppo_continuous_action ppo_continuous_action_no_bootstrap \
   --out "$out/report"
 # the saved final models, evaluated with their frozen statistics next to their training return
 for ckpt in "$out"/runs/HalfCheetah-v5__ppo_continuous_action__*/ppo_continuous_action.pt; do

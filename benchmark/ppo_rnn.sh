@@ -37,5 +37,5 @@ done
 for ckpt in "$out"/runs/CartPoleNoVel-v1__ppo_rnn_*_100k__*/*.pt; do
   echo "$(basename "$(dirname "$ckpt")" | awk -F__ '{print $1, $2, "seed", $3}') | $(python ppo_rnn.py --eval-checkpoint "$ckpt" --eval-episodes 10 --eval-greedy --no-cuda | tail -n 1)"
 done | tee "$out/eval_100k.txt"
-python benchmark/report.py "$out/runs" --title "memory tasks, 500k steps (100k: the checkpoints evaluated in eval_100k.txt)" \
+python benchmark/report.py "$out/runs" "$out/scalars" --save-scalars --title "memory tasks, 500k steps (100k: the checkpoints evaluated in eval_100k.txt)" \
   --threshold solved --success --out "$out/report"

@@ -5,8 +5,10 @@
     python benchmark/report.py DIR1 DIR2 --env dm_control_cartpole-swingup-v0 --peaks --out ...  (several folders, one env)
 
 Runs come from TensorBoard run directories, `{env_id}__{exp_name}__{seed}__{time}` (the scripts' and sweep.py's),
-or from the scripts' stdout logs, `{script}[__{tag}]__{env_id}__{seed}.log` (run_many.sh's and sweep.py's), grouped
-by env id and experiment. A run's score: the mean return of its last 100 episodes (from a log: the last iteration's
+from the compact scalars that `--save-scalars` keeps of them, `scalars/{run directory's name}.json.gz` beside the
+`runs/` folder (what git keeps of a benchmark's runs: a clean clone rebuilds its report from them, byte for byte), or
+from the scripts' stdout logs, `{script}[__{tag}]__{env_id}__{seed}.log` (run_many.sh's and sweep.py's), grouped
+by env id and experiment; a run's events take the place of its scalars. A run's score: the mean return of its last 100 episodes (from a log: the last iteration's
 "return X (last 100)"). Per group, the table gives the interquartile mean (IQM) of the runs' scores with its 95%
 stratified-bootstrap confidence interval (rliable; with fewer than 4 runs the IQM is the mean) and, as CleanRL's
 tables do, mean ± std (ddof=0). Over the tasks of an experiment: the aggregate IQM, median and mean of normalized
@@ -18,6 +20,8 @@ script printed for that iteration. Bootstraps are seeded (`--seed`): the same ru
 """
 
 import argparse
+import gzip
+import json
 import re
 import warnings
 from collections import defaultdict
@@ -64,20 +68,52 @@ NORMALIZATION = {
 NORMALIZATION.update({f"MemoryL{length}K{cues}-v0": (-1.0, 0.9) for length in (1, 3, 10, 30, 100, 300) for cues in (2, 4)})
 NORMALIZATION.update({f"{game}NoFrameskip-v4": bounds for game, bounds in ATARI.items()})
 NORMALIZATION.update({f"ALE/{game}-v5": bounds for game, bounds in ATARI.items()})
-# Published figures to print beside a table (--published): {env id: (mean, std, source)}. CleanRL's
-# ppo_continuous_action.py on the DeepMind Control Suite through Shimmy, 8M steps, 10 seeds (its benchmark docs).
+# Published figures beside a table (--published): CleanRL's ppo_continuous_action.py on the DeepMind Control Suite
+# through Shimmy, mean ± std over seeds, at its default 1M steps and at 8M: {column: (where, {task: (mean, std)})}.
 PUBLISHED = {
-    f"dm_control/{task}-v0": (mean, std, "CleanRL, 8M steps")
-    for task, mean, std in (
-        ("cartpole-swingup", 640.86, 11.44),
-        ("walker-walk", 392.51, 56.25),
-        ("cheetah-run", 432.56, 82.54),
-        ("reacher-easy", 626.28, 15.51),
-        ("finger-spin", 590.49, 171.09),
-        ("ball_in_cup-catch", 900.78, 5.26),
-    )
+    "CleanRL, 1M steps, 3 seeds": (
+        "CleanRL's docs/rl-algorithms/ppo.md, the table its benchmark/ppo.sh made at b558b2b4",
+        {
+            "cartpole-swingup": (640.86, 11.44),
+            "walker-walk": (392.51, 56.25),
+            "cheetah-run": (432.56, 82.54),
+            "reacher-easy": (626.28, 15.51),
+            "finger-spin": (590.49, 171.09),
+            "ball_in_cup-catch": (900.78, 5.26),
+            "cartpole-balance": (855.47, 22.06),
+            "pendulum-swingup": (242.81, 245.95),
+            "point_mass-easy": (273.95, 362.28),
+            "finger-turn_easy": (180.42, 44.91),
+            "fish-upright": (516.21, 59.52),
+            "reacher-hard": (443.80, 9.64),
+        },
+    ),
+    "CleanRL, 8M steps, 10 seeds": (
+        "CleanRL's docs/rl-algorithms/rpo.md at 17a2406f, column ppo_continuous_action_8M",
+        {
+            "cartpole-swingup": (590.21, 16.72),
+            "walker-walk": (305.74, 92.15),
+            "cheetah-run": (472.14, 99.62),
+            "reacher-easy": (773.01, 56.70),
+            "finger-spin": (630.06, 252.99),
+            "ball_in_cup-catch": (935.26, 12.57),
+            "cartpole-balance": (790.36, 17.64),
+            "pendulum-swingup": (472.19, 385.47),
+            "point_mass-easy": (534.23, 264.35),
+            "finger-turn_easy": (237.76, 78.10),
+            "fish-upright": (559.72, 65.79),
+            "reacher-hard": (637.84, 81.15),
+        },
+    ),
 }
-PUBLISHED.update({env_id.replace("/", "_"): figure for env_id, figure in PUBLISHED.items()})  # as run directories name them
+
+
+def published_figure(env_id: str, column: str):
+    """(mean, std) of PUBLISHED's column for a dm_control/ id (or its run directories' dm_control_ form), or None."""
+    task = env_id.removeprefix("dm_control/").removeprefix("dm_control_").removesuffix("-v0")
+    return PUBLISHED[column][1].get(task) if env_id.startswith("dm_control") else None
+
+
 # rliable seeds arch's bootstraps with a RandomState, which arch 7 still takes (and warns it will not)
 warnings.filterwarnings("ignore", message="random_state is deprecated", category=FutureWarning)
 
@@ -87,26 +123,64 @@ def learning_curve(steps: np.ndarray, returns: np.ndarray) -> tuple:
     return steps, np.array([returns[max(0, i - 99) : i + 1].mean() for i in range(len(returns))])
 
 
-def read_run(run_dir: Path) -> dict:
+def scalars_of(run_dir: Path) -> dict:
+    """What the report reads of a run's TensorBoard events, as plain numbers: each episode's step and return, each
+    iteration's last step (SPS is logged once per iteration, there), the last SPS, the time from the first event to the
+    last, and the largest approximate KL (None where the run logged none)."""
     events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0}).Reload()
     tags = events.Tags()["scalars"]
-    returns = events.Scalars("charts/episodic_return") if "charts/episodic_return" in tags else []
+    episodes = events.Scalars("charts/episodic_return") if "charts/episodic_return" in tags else []
     sps = events.Scalars("charts/SPS") if "charts/SPS" in tags else []
     kls = [e.value for e in events.Scalars("losses/approx_kl")] if "losses/approx_kl" in tags else []
     walls = [e.wall_time for tag in tags for e in events.Scalars(tag)]
-    iteration_steps = np.array([e.step for e in sps])  # SPS is logged once per iteration, at its last step
-    steps, values = np.array([e.step for e in returns]), np.array([e.value for e in returns])
+    return {
+        "steps": [e.step for e in episodes],
+        "returns": [e.value for e in episodes],
+        "iteration_steps": [e.step for e in sps],
+        "sps": sps[-1].value if sps else None,
+        "wall": max(walls) - min(walls) if walls else None,
+        "max_kl": max(kls) if kls else None,
+    }
+
+
+def from_scalars(scalars: dict) -> dict:
+    """A run as the tables and plots read it, from scalars_of's numbers (from the events, or from their saved copy)."""
+    steps, values = np.array(scalars["steps"], dtype=np.int64), np.array(scalars["returns"], dtype=np.float64)
+    iteration_steps = np.array(scalars["iteration_steps"], dtype=np.int64)
     return {
         "steps": steps,
         "returns": values,
         "final": float(np.mean(values[-100:])) if len(values) else float("nan"),
         "curve": learning_curve(steps, values),
-        "sps": sps[-1].value if sps else float("nan"),
-        "wall": max(walls) - min(walls) if walls else float("nan"),
-        "last_step": int(iteration_steps.max()) if sps else 0,
+        "sps": float("nan") if scalars["sps"] is None else scalars["sps"],
+        "wall": float("nan") if scalars["wall"] is None else scalars["wall"],
+        "last_step": int(iteration_steps.max()) if len(iteration_steps) else 0,
         "iteration_steps": iteration_steps,
-        "max_kl": max(kls) if kls else float("nan"),
+        "max_kl": float("nan") if scalars["max_kl"] is None else scalars["max_kl"],
     }
+
+
+def read_run(run_dir: Path) -> dict:
+    return from_scalars(scalars_of(run_dir))
+
+
+SCALARS = ".json.gz"  # scalars/{run directory's name}.json.gz: a run's scalars_of, gzipped JSON (the same bytes each time)
+
+
+def save_scalars(run_dir: Path, scalars: dict):
+    """Keep a run's scalars where git keeps them: in a `scalars` folder beside the nearest `runs` folder above it."""
+    runs = next((folder for folder in run_dir.parents if folder.name == "runs"), None)
+    if runs is None:
+        raise SystemExit(f"error: --save-scalars keeps them beside a runs/ folder, and {run_dir} is in none")
+    path = runs.parent / "scalars" / f"{run_dir.name}{SCALARS}"
+    path.parent.mkdir(exist_ok=True)
+    path.write_bytes(gzip.compress(json.dumps(scalars).encode(), mtime=0))
+
+
+def run_key(name: str) -> tuple:
+    """(env id, experiment, seed) of a run directory's name, `{env_id}__{exp_name}__{seed}__{time}`."""
+    env_id, exp_name, seed, _ = name.rsplit("__", 3)
+    return env_id.split(":")[-1], exp_name, int(seed)  # `ppo_rnn:CartPoleNoVel-v1` is the task `CartPoleNoVel-v1`
 
 
 # the scripts' progress line; "(last N)" is how logs before the run-management redesign named the return's window
@@ -127,8 +201,9 @@ def read_log(path: Path) -> dict:
     }
 
 
-def collect(runs_dir: Path) -> dict:
-    """{(env_id, exp_name): {seed: run}} for every run directory with an event file, or every run log."""
+def collect(runs_dir: Path, save: bool = False) -> dict:
+    """{(env_id, exp_name): {seed: run}} for every run directory with an event file, saved scalars or run log (the events
+    first, then the scalars); `save`: keep the scalars of each run read from its events (save_scalars)."""
     groups = defaultdict(dict)
     for log in sorted(runs_dir.rglob("*.log")):
         *name, env_id, seed = log.stem.split("__")
@@ -137,15 +212,22 @@ def collect(runs_dir: Path) -> dict:
         run = read_log(log)
         if np.isfinite(run["final"]):
             groups[(env_id.split(":")[-1], "__".join(name))][int(seed)] = run
-    for event_file in sorted(runs_dir.rglob("events.out.tfevents.*")):  # a run's events take the place of its log
+    for path in sorted(runs_dir.rglob(f"*{SCALARS}")):  # a run's saved scalars take the place of its log
+        env_id, exp_name, seed = run_key(path.name.removesuffix(SCALARS))
+        run = from_scalars(json.loads(gzip.decompress(path.read_bytes())))
+        if len(run["returns"]):
+            groups[(env_id, exp_name)][seed] = run
+    for event_file in sorted(runs_dir.rglob("events.out.tfevents.*")):  # and its events take the place of both
         run_dir = event_file.parent
         parts = run_dir.relative_to(runs_dir).parts
         parts = parts[len(parts) - parts[::-1].index("runs") :] if "runs" in parts else parts  # ALE/Pong-v5__... stays
-        env_id, exp_name, seed, _ = "/".join(parts).rsplit("__", 3)
-        env_id = env_id.split(":")[-1]  # `ppo_rnn:CartPoleNoVel-v1` is the same task as `CartPoleNoVel-v1`
-        run = read_run(run_dir)
+        env_id, exp_name, seed = run_key("/".join(parts))
+        scalars = scalars_of(run_dir)
+        if save:
+            save_scalars(run_dir, scalars)
+        run = from_scalars(scalars)
         if len(run["returns"]):
-            groups[(env_id, exp_name)][int(seed)] = run
+            groups[(env_id, exp_name)][seed] = run
     return groups
 
 
@@ -246,8 +328,8 @@ def table(
         head += " success, last 100 episodes (%) |"
         rule += "---|"
     if published:
-        head += " published: mean ± std (source) |"
-        rule += "---|"
+        head += "".join(f" {column}: mean ± std |" for column in PUBLISHED)
+        rule += "---|" * len(PUBLISHED)
     lines = [head, rule]
     for (env_id, exp_name), runs in sorted(groups.items()):
         finals = [run["final"] for run in runs.values()]
@@ -272,8 +354,8 @@ def table(
             rates = [success_rate(run) for run in runs.values()]
             line += " " + ("n/a" if None in rates else ", ".join(f"{100 * r:.0f}" for r in rates)) + " |"
         if published:
-            figure = PUBLISHED.get(env_id)
-            line += " n/a |" if figure is None else f" {figure[0]:.2f} ± {figure[1]:.2f} ({figure[2]}) |"
+            figures = [published_figure(env_id, column) for column in PUBLISHED]
+            line += "".join(" n/a |" if f is None else f" {f[0]:.2f} ± {f[1]:.2f} |" for f in figures)
         lines.append(line)
     return "\n".join(lines)
 
@@ -399,39 +481,61 @@ def compare(groups: dict, a: str, b: str, reps: int, seed: int) -> str:
     return f"P({a} > {b}) = {point:.3f} [{low:.3f}, {high:.3f}] (95% CI) over {', '.join(tasks)}"
 
 
+def colours(names: list) -> dict:
+    """A distinct colour for each name (tab10 up to 10, tab20 up to 20, then evenly spaced on viridis)."""
+    if len(names) <= 20:
+        cmap = plt.get_cmap("tab10" if len(names) <= 10 else "tab20")
+        return {name: cmap(i) for i, name in enumerate(names)}
+    return {name: plt.get_cmap("viridis")(i / (len(names) - 1)) for i, name in enumerate(names)}
+
+
 def plot_profiles(scores: dict, path: Path, seed: int):
     taus = np.linspace(-0.5, 2.0, 101)
     np.random.seed(seed)  # as in estimates()
     dists, cis = rly.create_performance_profile({k: m for k, (_, m) in scores.items()}, taus, reps=2000)
     fig, ax = plt.subplots(figsize=(6, 4))
-    plot_utils.plot_performance_profiles(dists, taus, performance_profile_cis=cis, xlabel=r"normalized score $(\tau)$", ax=ax)
-    ax.legend(ax.get_lines()[: len(dists)], list(dists), fontsize=8)  # rliable's own legend finds no labelled lines
+    colour = colours(list(dists))
+    plot_utils.plot_performance_profiles(
+        dists, taus, performance_profile_cis=cis, colors=colour, xlabel=r"normalized score $(\tau)$", ax=ax
+    )
+    # rliable's own legend finds no labelled lines; this one goes to the right of the axes, off the curves
+    ax.legend(ax.get_lines()[: len(dists)], list(dists), fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1))
     ax.set_ylabel(r"fraction of runs with score $> \tau$")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
 
 
 def plot(groups: dict, title: str, path: Path, reps: int = 2000, seed: int = 0):
-    """Per env, each experiment's IQM over runs of the last-100 mean, with its 95% bootstrap CI, on 100 steps."""
+    """Per env, each experiment's IQM over runs of the last-100 mean, with its 95% bootstrap CI, on 100 steps: the envs
+    in a grid of up to 3 columns, one colour per experiment in every panel, one legend below them."""
     env_ids = sorted({env_id for env_id, _ in groups})
-    fig, axes = plt.subplots(1, len(env_ids), figsize=(5 * len(env_ids), 3.8), squeeze=False)
-    for ax, env_id in zip(axes[0], env_ids, strict=True):
+    experiments = sorted({exp_name for _, exp_name in groups})
+    colour = colours(experiments)
+    columns = min(3, len(env_ids))
+    rows = -(-len(env_ids) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(5 * columns, 3.6 * rows), squeeze=False)
+    counts = defaultdict(set)  # the runs each experiment has per env, for its legend entry
+    for ax, env_id in zip(axes.flat[: len(env_ids)], env_ids, strict=True):
         for (group_env, exp_name), runs in sorted(groups.items()):
             if group_env != env_id:
                 continue
             grid = np.linspace(0, max(run["last_step"] for run in runs.values()), 100)
             curves = np.array([np.interp(grid, *run["curve"]) for run in runs.values()])  # runs x points
             points, cis = estimates({exp_name: curves[:, None, :]}, curve_iqm, reps, seed)
-            ax.plot(grid, points[exp_name], label=f"{exp_name} ({len(runs)} runs)")
-            ax.fill_between(grid, cis[exp_name][0], cis[exp_name][1], alpha=0.2)
+            ax.plot(grid, points[exp_name], color=colour[exp_name])
+            ax.fill_between(grid, cis[exp_name][0], cis[exp_name][1], color=colour[exp_name], alpha=0.2)
+            counts[exp_name].add(len(runs))
         ax.set_title(env_id)
         ax.set_xlabel("environment steps")
         ax.set_ylabel("episodic return (last 100), IQM")
-        ax.legend(fontsize=8)
+    for ax in axes.flat[len(env_ids) :]:
+        ax.set_visible(False)
+    handles = [plt.Line2D([], [], color=colour[name]) for name in experiments]
+    labels = [f"{name} ({'-'.join(map(str, sorted({min(counts[name]), max(counts[name])})))} runs)" for name in experiments]
     fig.suptitle(title)
+    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0), ncol=min(3, len(labels)), fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
 
 
@@ -450,6 +554,11 @@ def main():
     parser.add_argument("--at", default=None, help="comma-separated steps: add each run's mean of the last 100 there")
     parser.add_argument("--published", action="store_true", help="add the published figures of PUBLISHED beside each task")
     parser.add_argument(
+        "--save-scalars",
+        action="store_true",
+        help="keep the scalars of each run read from its events in scalars/ beside its runs/ folder (what git keeps)",
+    )
+    parser.add_argument(
         "--peaks", action="store_true", help="add each run's peak, its end over the peak, and its largest update KL"
     )
     parser.add_argument("--compare", nargs=2, metavar=("A", "B"), default=None, help="P(experiment A improves on B)")
@@ -463,13 +572,19 @@ def main():
             raise SystemExit(f"error: --threshold takes a number or `solved`, not {args.threshold!r}") from None
     groups = defaultdict(dict)
     for runs_dir in args.runs_dir:  # one group's runs may lie in several folders
-        for key, runs in collect(runs_dir).items():
+        for key, runs in collect(runs_dir, args.save_scalars).items():
             if args.env is None or key[0] in args.env:
                 groups[key].update(runs)
     if not groups:
         where = ", ".join(map(str, args.runs_dir)) + (f" for {', '.join(args.env)}" if args.env else "")
         raise SystemExit(f"error: no runs with episodes under {where}")
     markdown = f"### {args.title}\n\n{table(groups, args.threshold, args.reps, args.seed, args.success, args.published)}\n"
+    markdown += (
+        "\nIQM: the interquartile mean of the runs' scores (with fewer than 4 runs, their mean); 95% CI: rliable's "
+        f"stratified bootstrap, {args.reps:,} resamples, seed {args.seed}. mean ± std: over the runs (ddof=0).\n"
+    )
+    if args.published:
+        markdown += "".join(f"\n{column}: {where}." for column, (where, _) in PUBLISHED.items()) + "\n"
     scores = normalized(groups)
     if scores:
         markdown += (

@@ -41,14 +41,14 @@ cartpole)
     (cd "$out" && python -m torch.distributed.run --standalone --nproc-per-node 2 "$root/ppo.py" --seed "$seed" --no-cuda \
       --exp-name ppo_torchrun2 >"$root/$out/logs/ppo_torchrun2__CartPole-v1__$seed.log" 2>&1)
   done
-  python benchmark/report.py "$out/runs" --title "torchrun, 2 processes" --out "$out/report"
+  python benchmark/report.py "$out/runs" "$out/scalars" --save-scalars --title "torchrun, 2 processes" --out "$out/report"
   ;;
 atari)
   for seed in ${SEEDS:-1}; do
     (cd "$out" && python -m torch.distributed.run --standalone --nproc-per-node 2 "$root/ppo_atari.py" --seed "$seed" --no-cuda \
       --total-timesteps 1000000 --exp-name ppo_atari_torchrun2 >"$root/$out/logs/ppo_atari_torchrun2__BreakoutNoFrameskip-v4__$seed.log" 2>&1)
   done
-  python benchmark/report.py "$out/runs" --title "torchrun, 2 processes" --out "$out/report" --at 100000,300000,500000,800000,999424
+  python benchmark/report.py "$out/runs" "$out/scalars" --save-scalars --title "torchrun, 2 processes" --out "$out/report" --at 100000,300000,500000,800000,999424
   ;;
 *)
   sed -n 2,11p "$0"

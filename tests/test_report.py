@@ -1,10 +1,12 @@
 """The benchmark report tool on real (tiny) runs and on known numbers."""
 
 import re
+import shutil
 import subprocess
 import sys
 
 import numpy as np
+from torch.utils.tensorboard import SummaryWriter
 
 from tests.helpers import ROOT, TINY, run
 
@@ -149,9 +151,16 @@ def test_peaks_and_published_figures_on_known_numbers():
     )
     assert rows[-2:] == ["- ppo_continuous_action: 1 of 1 runs", "- x: 1 of 1 runs"]
     lines = report.table(groups, None, 100, 0, published=True).splitlines()
-    assert lines[0].endswith("| published: mean ± std (source) |")
-    assert lines[2].endswith("| n/a |") and lines[3].endswith("| 640.86 ± 11.44 (CleanRL, 8M steps) |")
-    assert report.PUBLISHED["dm_control/cartpole-swingup-v0"] == report.PUBLISHED["dm_control_cartpole-swingup-v0"]
+    assert lines[0].endswith("| CleanRL, 1M steps, 3 seeds: mean ± std | CleanRL, 8M steps, 10 seeds: mean ± std |")
+    assert lines[2].endswith("| n/a | n/a |") and lines[3].endswith("| 640.86 ± 11.44 | 590.21 ± 16.72 |")
+    for column in report.PUBLISHED:  # the id as the scripts take it, and as its run directories name it
+        assert report.published_figure("dm_control/walker-walk-v0", column) == report.published_figure(
+            "dm_control_walker-walk-v0", column
+        )
+    assert [report.published_figure("dm_control/walker-walk-v0", column) for column in report.PUBLISHED] == [
+        (392.51, 56.25),
+        (305.74, 92.15),
+    ]
 
 
 def test_fall_needs_both_the_ratio_and_three_standard_errors():
@@ -193,3 +202,36 @@ def test_benchmark_variant_names_map_to_the_script_flags():
         assert (
             bad.returncode == 1 and bad.stdout == "" and bad.stderr.startswith(f"error: unknown variant '{name}' (NAME_VALUE")
         ), name
+
+
+def test_a_report_rebuilds_from_its_saved_scalars_byte_for_byte(tmp_path):
+    """--save-scalars keeps what report.py reads of each run's events in scalars/ beside runs/, which git does not keep:
+    the report rebuilt from the scalars alone, as on a clean clone, is the same markdown and the same PNGs, byte for
+    byte; saving them again writes the same bytes (no churn in git)."""
+    results, rng = tmp_path / "results", np.random.default_rng(0)
+    for seed in (1, 2, 3):
+        with SummaryWriter(results / "runs" / f"CartPole-v1__ppo__{seed}__{1795000000 + seed}") as writer:
+            for step in range(100, 30001, 100):
+                writer.add_scalar("charts/episodic_return", float(rng.normal(step / 100, 20)), step)
+                if step % 1000 == 0:
+                    writer.add_scalar("charts/SPS", 900 + seed, step)
+                    writer.add_scalar("losses/approx_kl", float(rng.random() / 100), step)
+    argv = [sys.executable, str(ROOT / "benchmark" / "report.py"), str(results / "runs"), str(results / "scalars")]
+    argv += ["--peaks", "--reps", "200", "--at", "10000,30000"]
+    for out in ("a", "b"):
+        result = subprocess.run(
+            [*argv, "--save-scalars", "--out", str(tmp_path / out / "report")], capture_output=True, text=True
+        )
+        assert result.returncode == 0, result.stderr
+        saved = {path.name: path.read_bytes() for path in (results / "scalars").iterdir()}
+        if out == "a":
+            first = saved
+    assert sorted(saved) == [f"CartPole-v1__ppo__{seed}__{1795000000 + seed}.json.gz" for seed in (1, 2, 3)]
+    assert saved == first
+    shutil.rmtree(results / "runs")
+    result = subprocess.run([*argv, "--out", str(tmp_path / "c" / "report")], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    for name in ("report.md", "report.png", "report_profile.png"):
+        assert (tmp_path / "c" / name).read_bytes() == (tmp_path / "a" / name).read_bytes(), name
+    text = (tmp_path / "a" / "report.md").read_text()
+    assert "| CartPole-v1 | ppo | 1,2,3 | 30,000 |" in text and "largest update KL" in text and " n/a |" not in text
