@@ -38,7 +38,6 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.optim as optim
 import tyro
-from torch.distributions.categorical import Categorical
 from torch.utils.tensorboard import SummaryWriter
 
 gym.register_envs(ale_py)
@@ -373,12 +372,15 @@ class Agent(nn.Module):
 
     def get_action_and_value(self, x: torch.Tensor, action: Optional[torch.Tensor] = None):
         x = self.network(x / 255.0)  # (B, 512): the trunk's features, for both heads
+        # torch.distributions.Categorical's sample, log_prob and entropy written out: the same numbers without the object
         logits = self.actor(x)  # (B, n_actions)
-        probs = Categorical(logits=logits, validate_args=False)
+        logits = logits - logits.logsumexp(-1, keepdim=True)  # normalized: the log-probabilities
         if action is None:
-            action = probs.sample()
+            action = torch.multinomial(logits.softmax(-1), 1, True).squeeze(-1)
+        logprob = logits.gather(-1, action.unsqueeze(-1)).squeeze(-1)
+        entropy = -(logits.clamp(min=torch.finfo(logits.dtype).min) * logits.softmax(-1)).sum(-1)
         # (B,) action, (B,) log-prob, (B,) entropy, (B,) value
-        return action, probs.log_prob(action), probs.entropy(), self.critic(x).squeeze(-1)
+        return action, logprob, entropy, self.critic(x).squeeze(-1)
 
 
 def compute_gae(rewards, values, dones, next_value, next_done, gamma: float, gae_lambda: float):

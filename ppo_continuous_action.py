@@ -301,10 +301,10 @@ class Agent(nn.Module):
             with torch.no_grad():
                 action = torch.normal(action_mean, action_std)
         log_std = action_std.log()  # Normal's sample, log_prob and entropy written out: same numbers, a third of the time
-        log_prob = -((action - action_mean) ** 2) / (2 * action_std**2) - log_std - math.log(math.sqrt(2 * math.pi))
-        entropy = 0.5 + 0.5 * math.log(2 * math.pi) + log_std
+        logprob = (-((action - action_mean) ** 2) / (2 * action_std**2) - log_std - math.log(math.sqrt(2 * math.pi))).sum(1)
+        entropy = (0.5 + 0.5 * math.log(2 * math.pi) + log_std).sum(1)
         # (B, act_dim) action, unclipped (the env clips it); (B,) log-prob and entropy summed over action dims; (B,) value
-        return action, log_prob.sum(1), entropy.sum(1), self.critic(x).squeeze(-1)
+        return action, logprob, entropy, self.critic(x).squeeze(-1)
 
 
 def compute_gae(rewards, values, dones, next_value, next_done, gamma: float, gae_lambda: float):

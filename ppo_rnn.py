@@ -43,7 +43,6 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.optim as optim
 import tyro
-from torch.distributions.categorical import Categorical
 from torch.utils.tensorboard import SummaryWriter
 
 
@@ -324,12 +323,15 @@ class Agent(nn.Module):
         self, x: torch.Tensor, rnn_state: tuple, done: torch.Tensor, action: Optional[torch.Tensor] = None
     ):
         hidden, rnn_state = self.get_states(x, rnn_state, done)
+        # torch.distributions.Categorical's sample, log_prob and entropy written out: the same numbers without the object
         logits = self.actor(hidden)  # (T * B, n_actions)
-        probs = Categorical(logits=logits, validate_args=False)
+        logits = logits - logits.logsumexp(-1, keepdim=True)  # normalized: the log-probabilities
         if action is None:
-            action = probs.sample()
+            action = torch.multinomial(logits.softmax(-1), 1, True).squeeze(-1)
+        logprob = logits.gather(-1, action.unsqueeze(-1)).squeeze(-1)
+        entropy = -(logits.clamp(min=torch.finfo(logits.dtype).min) * logits.softmax(-1)).sum(-1)
         # (T * B,) action, (T * B,) log-prob, (T * B,) entropy, (T * B,) value, the state after x
-        return action, probs.log_prob(action), probs.entropy(), self.critic(hidden).squeeze(-1), rnn_state
+        return action, logprob, entropy, self.critic(hidden).squeeze(-1), rnn_state
 
 
 def compute_gae(rewards, values, dones, next_value, next_done, gamma: float, gae_lambda: float):
@@ -524,7 +526,7 @@ def evaluate(args: Args, agent: Agent, envs: gym.vector.VectorEnv, ckpt: dict, d
                 x = torch.as_tensor(obs, dtype=torch.float32, device=device)
                 hidden, rnn_state = agent.get_states(x, rnn_state, done)  # the state zeroed where done = 1: a new episode
                 logits = agent.actor(hidden)
-                action = logits.argmax(1) if greedy else Categorical(logits=logits).sample()
+                action = logits.argmax(1) if greedy else torch.multinomial(logits.softmax(-1), 1, True).squeeze(-1)
             obs, _, terminations, truncations, infos = envs.step(action.cpu().numpy())
             done = torch.as_tensor(terminations | truncations, dtype=torch.float32, device=device)
             for _, episode_return, _ in ended_episodes(infos, 0):

@@ -440,13 +440,13 @@ def test_native_env_groups_store_the_transitions_of_one_group(tmp_path, monkeypa
     def collect(groups: str) -> dict:
         rows, logged = [0], []
 
-        def sample(self, sample_shape=torch.Size()):  # the next rows of the table, in the order of the envs
-            n = self.logits.shape[0]
+        def multinomial(probs, num_samples, replacement=False):  # the next rows of the table, in the order of the envs
+            n = probs.shape[0]
             rows[0] += n
-            return torch.as_tensor(table[rows[0] - n : rows[0]])
+            return torch.as_tensor(table[rows[0] - n : rows[0]]).unsqueeze(-1)
 
         with monkeypatch.context() as m:
-            m.setattr(torch.distributions.Categorical, "sample", sample)
+            m.setattr(torch, "multinomial", multinomial)  # the policy's sampling (get_action_and_value)
             m.setattr(SummaryWriter, "add_scalar", lambda self, tag, *a, **k: logged.append((tag, *a)))
             interrupt_at_call(m, torch.optim.Adam, "step", 1)  # the first rollout, then stop
             argv = ["--num-envs", "8", "--num-steps", "400", "--num-minibatches", "4", "--total-timesteps", "3200"]

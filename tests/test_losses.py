@@ -1,8 +1,10 @@
 """The losses: the clipped surrogate's gradient vanishes exactly where clipping removes the incentive, and the value
 loss of every script's update is the closed form, clipped (--clip-vloss) or not."""
 
+import gymnasium as gym
 import pytest
 import torch
+from torch.distributions.categorical import Categorical
 
 from tests.helpers import SCRIPTS, TINY, agent_outputs, interrupt_at_call, load, run
 
@@ -71,3 +73,37 @@ def test_value_loss_function(script):
     values, returns = newvalue - d * eps, newvalue + r
     assert value_loss(newvalue, values, returns, eps).item() == pytest.approx(closed_form(ROWS, eps, True), rel=1e-6)
     assert value_loss(newvalue, values, returns, None).item() == pytest.approx(closed_form(ROWS, eps, False), rel=1e-6)
+
+
+@pytest.mark.parametrize("script", ["ppo.py", "ppo_atari.py"])
+def test_the_written_out_categorical_is_torchs_bit_for_bit(script):
+    """get_action_and_value's sample, log-probability and entropy, written out without torch.distributions.Categorical:
+    the same action from the same seed, the same numbers, and the same gradients of a loss of both, bit for bit."""
+    module = load(script)
+    envs = gym.vector.SyncVectorEnv(
+        [module.make_env("CartPole-v1" if script == "ppo.py" else "BreakoutNoFrameskip-v4", 0, False, "t")]
+    )
+    agent = module.Agent(envs)
+    torch.manual_seed(1)
+    x = torch.rand(64, *envs.single_observation_space.shape) * (255 if script == "ppo_atari.py" else 1)
+    logits = agent.actor(agent.network(x / 255.0)) if script == "ppo_atari.py" else agent.actor(x)
+    reference = Categorical(logits=logits)
+    torch.manual_seed(0)
+    action = reference.sample()
+    torch.manual_seed(0)
+    sampled = agent.get_action_and_value(x)[0]
+    assert torch.equal(sampled, action) and len(action.unique()) > 1
+    weights = torch.randn(64)
+
+    def gradients(logprob, entropy) -> list:
+        agent.zero_grad()
+        ((logprob * weights).mean() - 0.01 * entropy.mean()).backward()
+        return [p.grad.clone() for p in agent.actor.parameters()]
+
+    _, logprob, entropy, _ = agent.get_action_and_value(x, action)
+    assert torch.equal(logprob, reference.log_prob(action)) and torch.equal(entropy, reference.entropy())
+    ours = gradients(logprob, entropy)
+    logits = agent.actor(agent.network(x / 255.0)) if script == "ppo_atari.py" else agent.actor(x)
+    reference = Categorical(logits=logits)
+    theirs = gradients(reference.log_prob(action), reference.entropy())
+    assert all(torch.equal(a, b) for a, b in zip(ours, theirs, strict=True))

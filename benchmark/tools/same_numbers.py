@@ -12,13 +12,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-# default settings of each script (both Atari paths), a few iterations each; ppo_kl stops updates at --target-kl
+# default settings of each script (both Atari paths), a few iterations each; ppo_kl stops updates at --target-kl;
+# cont_ent: the entropy bonus the continuous script has by default on the DeepMind Control Suite
 CASES = {
     "ppo": ["ppo.py", "--total-timesteps", "5120"],
     "ppo_kl": ["ppo.py", "--total-timesteps", "2560", "--target-kl", "0.002", "--no-clip-vloss"],
     "rnn": ["ppo_rnn.py", "--total-timesteps", "5120"],
     "rnn_gru": ["ppo_rnn.py", "--cell", "gru", "--total-timesteps", "2560", "--num-minibatches", "2"],
     "cont": ["ppo_continuous_action.py", "--total-timesteps", "6144"],
+    "cont_ent": ["ppo_continuous_action.py", "--total-timesteps", "6144", "--ent-coef", "0.01"],  # DMC's default bonus
     "atari_native": ["ppo_atari.py", "--total-timesteps", "3072"],
     "atari_gym": ["ppo_atari.py", "--total-timesteps", "3072", "--no-native-envs"],
 }
