@@ -1,7 +1,7 @@
 """Raw throughput of a script's own vector env: its make_env, SAME_STEP autoreset, random actions
 drawn in advance, no agent. num_envs defaults to the script's own default. For ppo_atari.py it
 measures both of its env paths, gymnasium's wrappers in a SyncVectorEnv and ale-py's native vector
-env (NativeAtari, with the script's default thread count unless THREADS is set), one after the other.
+env (NativeAtari, one group, a thread per env up to one per core, as the script sets it), one after the other.
 usage: python benchmark/tools/raw_env_sps.py ppo.py CartPole-v1 [num_envs] [steps]"""
 
 import importlib.util
@@ -43,9 +43,8 @@ def measure(envs, name: str, sampled: bool = True):
 
 
 if hasattr(module, "NativeAtari"):
-    threads = int(os.environ.get("THREADS", 0))
-    native = module.NativeAtari(env_id, num_envs, threads)
-    measure(native, f"native AtariVectorEnv ({threads or min(num_envs, len(os.sched_getaffinity(0)))} threads)", sampled=False)
+    native = module.NativeAtari(env_id, num_envs, 1, None)
+    measure(native, f"native AtariVectorEnv ({min(num_envs, len(os.sched_getaffinity(0)))} threads)", sampled=False)
     if os.environ.get("NATIVE_ONLY") == "1":
         sys.exit()
 envs = gym.vector.SyncVectorEnv(
