@@ -117,8 +117,8 @@ class Args:
     """the surrogate clipping coefficient"""
     clip_vloss: bool = True
     """Toggles whether or not to use a clipped loss for the value function, as per the paper."""
-    ent_coef: Optional[float] = None
-    """coefficient of the entropy; None: 0.01 on the DeepMind Control Suite (dm_control/ ids), else 0 (docs/continuous.md)"""
+    ent_coef: float = 0.0
+    """coefficient of the entropy"""
     vf_coef: float = 0.5
     """coefficient of the value function"""
     max_grad_norm: float = 0.5
@@ -813,7 +813,6 @@ if __name__ == "__main__":
     args = tyro.cli(Args)
     torch.set_num_threads(1)  # small networks: one thread avoids the synchronization cost that dominates tiny CPU matmuls
     rank, world_size, device, ckpt = start_up(args)  # checks, torchrun; --resume, --eval-checkpoint: the checkpoint's settings
-    args.ent_coef = args.ent_coef if args.ent_coef is not None else 0.01 if args.env_id.startswith("dm_control/") else 0.0
     args.batch_size = args.num_envs * args.num_steps
     args.minibatch_size = args.batch_size // args.num_minibatches
     args.num_iterations = args.total_timesteps // args.batch_size

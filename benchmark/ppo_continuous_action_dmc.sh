@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The DeepMind Control Suite, 1M steps: six tasks, seeds 1-5 (SEEDS="...") with the default settings (the truncation
-# bootstrap, and --ent-coef 0.01, the script's default on dm_control/ ids), then the same six without the bootstrap (exp
-# name ppo_continuous_action_no_bootstrap; seeds 1-3, or NO_BOOTSTRAP_SEEDS="..."); one report with P(bootstrap improves
-# on no bootstrap), beside CleanRL's figures at 1M steps (3 seeds) and at 8M (10 seeds) (report.py's PUBLISHED says where
-# each is published). A run whose log has its last iteration is not run again, so the table can be completed over
-# several sittings. Runs in requirements-dmc.txt's venv (README: The DeepMind Control Suite).
-# HELDOUT=1: the entropy default tested where it was not chosen: six other tasks of CleanRL's list (cartpole-balance,
+# bootstrap, no entropy bonus), then the same six without the bootstrap (exp name ppo_continuous_action_no_bootstrap;
+# seeds 1-3, or NO_BOOTSTRAP_SEEDS="..."); one report with P(bootstrap improves on no bootstrap), beside CleanRL's
+# figures at 1M steps (3 seeds) and at 8M (10 seeds) (report.py's PUBLISHED says where each is published). A run whose
+# log has its last iteration is not run again, so the table can be completed over several sittings. Runs in
+# requirements-dmc.txt's venv (README: The DeepMind Control Suite).
+# The logs tagged ent_coef_0.01 in results/ppo_continuous_action_dmc/ are the runs made when --ent-coef 0.01 was the
+# default on the suite; FALL=1 FALL_VARIANTS=ent_coef_0.01 TASKS="..." runs that setting again (in ..._dmc_fall/).
+# HELDOUT=1: the entropy bonus tested where it was not chosen: six other tasks of CleanRL's list (cartpole-balance,
 # pendulum-swingup, point_mass-easy, finger-turn_easy, fish-upright, reacher-hard), seeds 1-2, with --ent-coef 0.01 and
 # --ent-coef 0, and P(0.01 > 0) (results/ppo_continuous_action_dmc_heldout/).
 # usage: bash benchmark/ppo_continuous_action_dmc.sh   (JOBS=1 for one run at a time; TASKS="..." for some of them;

@@ -239,7 +239,7 @@ def test_evaluation_uses_the_saved_statistics_frozen(tmp_path, monkeypatch, caps
 @pytest.mark.parametrize("env_id", ["HalfCheetah-v5", "Hopper-v5", "Walker2d-v5", "Pendulum-v1", "MountainCarContinuous-v0"])
 def test_smoke(env_id, tmp_path):
     g = run(SCRIPT, "--env-id", env_id, *TINY, "--total-timesteps", "64", cwd=tmp_path)
-    assert g["args"].ent_coef == 0.0  # no entropy bonus off the DeepMind Control Suite (docs/continuous.md)
+    assert g["args"].ent_coef == 0.0  # no entropy bonus by default (docs/continuous.md)
     act_dim = g["envs"].single_action_space.shape[0]
     assert g["actions"].shape == (16, 2, act_dim) and g["actions"].dtype == torch.float32
     assert g["b_logprobs"].shape == (32,)

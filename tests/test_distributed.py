@@ -74,8 +74,6 @@ def reference_gradients(script: str, records: list) -> list:
     advantages normalized over the union, clipped surrogate, clipped value loss, entropy, norm clipped."""
     module = load(script)
     args = module.Args(cell=command(script)[1][-1]) if script == GRU else module.Args()
-    if args.ent_coef is None:  # ppo_continuous_action.py's, resolved at start-up: 0 off the DeepMind Control Suite
-        args.ent_coef = 0.0
     envs = gym.vector.SyncVectorEnv([module.make_env(QUICK_ENV[script], 0, False, "reference")])
     agent = module.Agent(envs, args) if command(script)[0].name == "ppo_rnn.py" else module.Agent(envs)
     agent.load_state_dict(records[0]["agent"])
