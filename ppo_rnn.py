@@ -569,7 +569,7 @@ def check_args(args: Args):
         if getattr(args, name) is not None and not getattr(args, name) > 0:
             fail(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
     for name in ("ent_coef", "vf_coef", "save_every"):
-        if getattr(args, name) is not None and not getattr(args, name) >= 0:
+        if not getattr(args, name) >= 0:
             fail(f"--{name.replace('_', '-')} must be non-negative, got {getattr(args, name)}")
     for name in ("gamma", "gae_lambda"):
         if not 0 <= getattr(args, name) <= 1:
