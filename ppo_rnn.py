@@ -17,7 +17,7 @@ gamma * V(final_obs) instead of being treated as termination (`--no-bootstrap-tr
 the old behaviour). `%run` in IPython leaves `agent`, the storage and `b_*` in the namespace.
 Checkpoints are pickles (optimizer, RNG and env state): load only checkpoints you trust.
 
-Read the research layer (down to `eval_policy`) and `__main__`: the run-management layer between them
+Read the research layer (down to `evaluate`) and `__main__`: the run-management layer between them
 is the same in all four scripts and can be skipped on a first reading.
 """
 
@@ -86,8 +86,8 @@ class Args:
     env_id: str = "CartPoleNoVel-v1"
     """the id of the environment"""
     total_timesteps: int = 500000
-    """total timesteps of the experiments (raised on --resume: trains further, the learning rate annealed to 0 over the
-    new total from where it is: not the run a larger total from the start would give)"""
+    """total timesteps of the experiments (raised on --resume: trains further, the learning rate at the new schedule's
+    point, (1 - iterations done / new iterations) x learning_rate: not the run a larger total from the start would give)"""
     learning_rate: float = 1e-3
     """the learning rate of the optimizer"""
     num_envs: int = 4
