@@ -1,0 +1,141 @@
+"""Microbenchmarks of the pieces of ppo.py's iteration that the speed issue asks about, in one thread: Adam's step in
+its three implementations (and whether their parameters agree bit for bit), the rollout's policy step with and without
+the entropy it does not use, the gradient clip with and without foreach, the vector env's step, and the Nature CNN's
+forward and backward in float32 and under bfloat16 autocast. Best of `--repeat` timings of `--number` calls each.
+
+    OMP_NUM_THREADS=1 taskset -c 0 python benchmark/tools/microbench.py [--number 3000] [--repeat 5] [--cnn-batch 256]
+"""
+
+import argparse
+import copy
+import importlib.util
+import platform
+import timeit
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+spec = importlib.util.spec_from_file_location("ppo", Path(__file__).resolve().parents[2] / "ppo.py")
+ppo = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(ppo)
+
+
+def cpu_name() -> str:
+    """The CPU's model name (Linux), else the architecture."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        return next(line.split(":", 1)[1].strip() for line in lines if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.machine()
+
+
+def best_us(fn, number: int, repeat: int) -> float:
+    """The best of `repeat` timings of `number` calls of fn, in µs per call."""
+    return min(timeit.repeat(fn, number=number, repeat=repeat)) / number * 1e6
+
+
+def adam_variants(agent: nn.Module, number: int, repeat: int, steps: int = 300) -> dict:
+    """{name: (µs per step, flat parameters after `steps` steps on the same random gradients)}."""
+    out = {}
+    for name, kwargs in (("foreach", {"foreach": True}), ("single tensor", {"foreach": False}), ("fused", {"fused": True})):
+        copied = copy.deepcopy(agent)
+        optimizer = torch.optim.Adam(copied.parameters(), lr=2.5e-4, eps=1e-5, **kwargs)
+        generator = torch.Generator().manual_seed(1)
+        for _ in range(steps):
+            for param in copied.parameters():
+                param.grad = torch.randn(param.shape, generator=generator)
+            optimizer.step()
+        flat = torch.cat([param.detach().flatten() for param in copied.parameters()])
+        out[name] = (best_us(optimizer.step, number // 10, repeat), flat)
+    return out
+
+
+def policy_without_entropy(agent, x: torch.Tensor):
+    """get_action_and_value's rollout outputs (action, log-prob, value), its entropy left out."""
+    logits = agent.actor(x)
+    logits = logits - logits.logsumexp(-1, keepdim=True)
+    action = torch.multinomial(logits.softmax(-1), 1, True).squeeze(-1)
+    return action, logits.gather(-1, action.unsqueeze(-1)).squeeze(-1), agent.critic(x).squeeze(-1)
+
+
+def nature_cnn() -> nn.Sequential:
+    return nn.Sequential(
+        nn.Conv2d(4, 32, 8, stride=4),
+        nn.ReLU(),
+        nn.Conv2d(32, 64, 4, stride=2),
+        nn.ReLU(),
+        nn.Conv2d(64, 64, 3, stride=1),
+        nn.ReLU(),
+        nn.Flatten(),
+        nn.Linear(3136, 512),
+        nn.ReLU(),
+        nn.Linear(512, 5),
+    ).to(memory_format=torch.channels_last)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--number", type=int, default=3000, help="calls per timing (Adam: a tenth; the CNN: 5)")
+    parser.add_argument("--repeat", type=int, default=5, help="timings, of which the best is kept")
+    parser.add_argument("--cnn-batch", type=int, default=256, help="frames per CNN forward and backward (0: skip)")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    print(f"{cpu_name()}, torch {torch.__version__}, one thread")
+
+    run_args = ppo.Args(env_id="CartPole-v1", run_dir="microbench")
+    envs = ppo.make_vector_env(run_args, run_args.num_envs, 0)
+    next_obs, _ = envs.reset(seed=1)
+    agent = ppo.Agent(envs)
+    x = torch.as_tensor(next_obs, dtype=torch.float32)
+    actions = np.zeros(run_args.num_envs, dtype=np.int64)
+
+    def policy():
+        with torch.inference_mode():
+            agent.get_action_and_value(x)
+
+    def env_step():
+        envs.step(actions)
+
+    def policy_no_entropy():
+        with torch.inference_mode():
+            policy_without_entropy(agent, x)
+
+    rows = [
+        ("rollout policy step, get_action_and_value", best_us(policy, args.number, args.repeat)),
+        ("rollout policy step, without the entropy", best_us(policy_no_entropy, args.number, args.repeat)),
+        (f"SyncVectorEnv step, {run_args.num_envs} CartPoles", best_us(env_step, args.number, args.repeat)),
+    ]
+    for param in agent.parameters():
+        param.grad = torch.randn_like(param)
+    for foreach in (False, True):
+
+        def clip(foreach=foreach):
+            nn.utils.clip_grad_norm_(agent.parameters(), 0.5, foreach=foreach)
+
+        rows.append((f"clip_grad_norm_, foreach={foreach}", best_us(clip, args.number, args.repeat)))
+    adam = adam_variants(agent, args.number, args.repeat)
+    for name, (us, flat) in adam.items():
+        gap = (flat - adam["foreach"][1]).abs().max().item()
+        rows.append((f"Adam step, {name} (largest parameter difference to foreach's after 300 steps: {gap:.1e})", us))
+    if args.cnn_batch:
+        net, frames = nature_cnn(), torch.rand(args.cnn_batch, 4, 84, 84).to(memory_format=torch.channels_last)
+        for bf16 in (False, True):
+
+            def forward_backward(bf16=bf16):
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                    out = net(frames).float()
+                out.sum().backward()
+
+            forward_backward()
+            name = "bfloat16 autocast" if bf16 else "float32"
+            rows.append((f"Nature CNN forward and backward, {args.cnn_batch} frames, {name}", best_us(forward_backward, 5, 2)))
+    print("| measured | µs per call |\n|---|---|")
+    for name, us in rows:
+        print(f"| {name} | {us:,.1f} |")
+
+
+if __name__ == "__main__":
+    main()
