@@ -9,26 +9,17 @@ forward and backward in float32 and under bfloat16 autocast. Best of `--repeat` 
 import argparse
 import copy
 import importlib.util
-import platform
 import timeit
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn as nn
+from side_by_side import cpu  # this folder is on sys.path when the tool runs
 
 spec = importlib.util.spec_from_file_location("ppo", Path(__file__).resolve().parents[2] / "ppo.py")
 ppo = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(ppo)
-
-
-def cpu_name() -> str:
-    """The CPU's model name (Linux), else the architecture."""
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-        return next(line.split(":", 1)[1].strip() for line in lines if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.machine()
 
 
 def best_us(fn, number: int, repeat: int) -> float:
@@ -83,7 +74,7 @@ def main():
     args = parser.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    print(f"{cpu_name()}, torch {torch.__version__}, one thread")
+    print(f"{cpu()}, torch {torch.__version__}, one thread")
 
     run_args = ppo.Args(env_id="CartPole-v1", run_dir="microbench")
     envs = ppo.make_vector_env(run_args, run_args.num_envs, 0)
