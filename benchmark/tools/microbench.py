@@ -1,7 +1,8 @@
 """Microbenchmarks of the pieces of ppo.py's iteration that the speed issue asks about, in one thread: Adam's step in
 its three implementations (and whether their parameters agree bit for bit), the rollout's policy step with and without
-the entropy it does not use, the gradient clip with and without foreach, the vector env's step, and the Nature CNN's
-forward and backward in float32 and under bfloat16 autocast. Best of `--repeat` timings of `--number` calls each.
+the entropy it does not use, the gradient clip with and without foreach, the vector env's step, and the forward and
+backward of ppo_atari.py's Nature CNN trunk in float32 and under bfloat16 autocast. Best of `--repeat` timings of
+`--number` calls each.
 
     OMP_NUM_THREADS=1 taskset -c 0 python benchmark/tools/microbench.py [--number 3000] [--repeat 5] [--cnn-batch 256]
 """
@@ -11,15 +12,24 @@ import copy
 import importlib.util
 import timeit
 from pathlib import Path
+from types import SimpleNamespace
 
+import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn as nn
 from side_by_side import cpu  # this folder is on sys.path when the tool runs
 
-spec = importlib.util.spec_from_file_location("ppo", Path(__file__).resolve().parents[2] / "ppo.py")
-ppo = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(ppo)
+
+def load(script: str):
+    """One of the four scripts as a module (its __main__ block does not run)."""
+    spec = importlib.util.spec_from_file_location(script.removesuffix(".py"), Path(__file__).resolve().parents[2] / script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+ppo = load("ppo.py")
 
 
 def best_us(fn, number: int, repeat: int) -> float:
@@ -49,21 +59,6 @@ def policy_without_entropy(agent, x: torch.Tensor):
     logits = logits - logits.logsumexp(-1, keepdim=True)
     action = torch.multinomial(logits.softmax(-1), 1, True).squeeze(-1)
     return action, logits.gather(-1, action.unsqueeze(-1)).squeeze(-1), agent.critic(x).squeeze(-1)
-
-
-def nature_cnn() -> nn.Sequential:
-    return nn.Sequential(
-        nn.Conv2d(4, 32, 8, stride=4),
-        nn.ReLU(),
-        nn.Conv2d(32, 64, 4, stride=2),
-        nn.ReLU(),
-        nn.Conv2d(64, 64, 3, stride=1),
-        nn.ReLU(),
-        nn.Flatten(),
-        nn.Linear(3136, 512),
-        nn.ReLU(),
-        nn.Linear(512, 5),
-    ).to(memory_format=torch.channels_last)
 
 
 def main():
@@ -112,7 +107,9 @@ def main():
         gap = (flat - adam["foreach"][1]).abs().max().item()
         rows.append((f"Adam step, {name} (largest parameter difference to foreach's after 300 steps: {gap:.1e})", us))
     if args.cnn_batch:
-        net, frames = nature_cnn(), torch.rand(args.cnn_batch, 4, 84, 84).to(memory_format=torch.channels_last)
+        # ppo_atari.py's Nature CNN trunk as its Agent builds it (channels-last), on frames already scaled to [0, 1]
+        net = load("ppo_atari.py").Agent(SimpleNamespace(single_action_space=gym.spaces.Discrete(4))).network
+        frames = torch.rand(args.cnn_batch, 4, 84, 84).to(memory_format=torch.channels_last)
         for bf16 in (False, True):
 
             def forward_backward(bf16=bf16):
