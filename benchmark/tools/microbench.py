@@ -9,25 +9,14 @@ backward of ppo_atari.py's Nature CNN trunk in float32 and under bfloat16 autoca
 
 import argparse
 import copy
-import importlib.util
 import timeit
-from pathlib import Path
 from types import SimpleNamespace
 
 import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn as nn
-from side_by_side import cpu  # this folder is on sys.path when the tool runs
-
-
-def load(script: str):
-    """One of the four scripts as a module (its __main__ block does not run)."""
-    spec = importlib.util.spec_from_file_location(script.removesuffix(".py"), Path(__file__).resolve().parents[2] / script)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
+from side_by_side import cpu, load  # this folder is on sys.path when the tool runs
 
 ppo = load("ppo.py")
 

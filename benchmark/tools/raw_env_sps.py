@@ -4,21 +4,18 @@ measures both of its env paths, gymnasium's wrappers in a SyncVectorEnv and ale-
 env (NativeAtari, one group, a thread per env up to one per core, as the script sets it), one after the other.
 usage: python benchmark/tools/raw_env_sps.py ppo.py CartPole-v1 [num_envs] [steps]"""
 
-import importlib.util
 import os
 import sys
 import time
-from pathlib import Path
 
 import gymnasium as gym
+from side_by_side import load  # this folder is on sys.path when the tool runs
 
 script, env_id = sys.argv[1], sys.argv[2]
 num_steps = int(sys.argv[4]) if len(sys.argv) > 4 else 50_000
 if num_steps < 100:  # checked before the script loads (its imports take seconds)
     sys.exit(f"raw_env_sps.py: {num_steps} steps time too little to be a measurement; pass 100 or more")
-spec = importlib.util.spec_from_file_location("script", Path(__file__).resolve().parents[2] / script)
-module = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(module)
+module = load(script)
 num_envs = int(sys.argv[3]) if len(sys.argv) > 3 and sys.argv[3] else module.Args().num_envs
 
 

@@ -11,6 +11,7 @@ Run it on an otherwise idle machine: other work on the pinned cores is timed too
 
 import argparse
 import datetime
+import importlib.util
 import os
 import statistics
 import subprocess
@@ -41,6 +42,15 @@ def cpu() -> str:
         if line.startswith("model name"):
             return line.split(":", 1)[1].strip()
     return "unknown CPU"
+
+
+def load(script: str):
+    """One of the four scripts of this tree as a module (its __main__ block does not run): for the tools that time or
+    drive its pieces (microbench.py, raw_env_sps.py)."""
+    spec = importlib.util.spec_from_file_location(script.removesuffix(".py"), Path(__file__).resolve().parents[2] / script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def timed(tree: Path, cores: str, argv: list) -> float:
