@@ -446,6 +446,8 @@ def make_update(args: Args, agent: nn.Module, device: torch.device) -> tuple:
     graphs = args.cuda_graphs and device.type == "cuda"
     if args.cuda_graphs and not graphs:
         print("notice: --cuda-graphs needs CUDA; on the CPU the policy and the update run as they are")
+    if device.type == "cuda" and not graphs and args.target_kl is None and not dist.is_initialized():
+        print("notice: eager CUDA ran 1.7-4.0x slower than --cuda-graphs on an H200, and slower than --no-cuda outside Atari")
     if not graphs:
         optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, foreach=True)
         return optimizer, agent.get_action_and_value, update_minibatch

@@ -38,13 +38,16 @@ pytestmark = pytest.mark.skipif(
 CUDA_LOGPROB_BOUND = 1e-4
 
 
+@pytest.mark.parametrize("graphs", [[], ["--cuda-graphs"]], ids=["eager", "graphs"])
 @pytest.mark.parametrize("script", VARIANTS)
-def test_trains_on_cuda_and_saves(script, tmp_path):
-    result = cli(
-        script, "--env-id", QUICK_ENV[script], *TINY, "--total-timesteps", "640", "--save-model", "--cuda", cwd=tmp_path
-    )
+def test_trains_on_cuda_and_saves(script, graphs, tmp_path):
+    # with --cuda-graphs the rollout's policy step is recorded too: nothing in it may wait on the GPU (torch.normal did)
+    argv = ["--env-id", QUICK_ENV[script], *TINY, "--total-timesteps", "640", "--save-model", "--cuda", *graphs]
+    result = cli(script, *argv, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert re.search(r"on cuda", result.stdout) and "iter 20/20 step 640" in result.stdout
+    assert re.search(r"^batch \d+, minibatch \d+, 20 iterations, cuda:0$", result.stdout, re.M), result.stdout
+    assert "iter 20/20 step 640" in result.stdout
+    assert ("notice: eager CUDA ran" in result.stdout) == (not graphs)  # the start-up line that points to --cuda-graphs
     ckpt = torch.load(checkpoint_path(tmp_path), map_location="cpu", weights_only=False)
     assert ckpt["ranks"][0]["rng"]["cuda"] is not None and all(torch.isfinite(p).all() for p in ckpt["agent"].values())
 
@@ -122,7 +125,8 @@ def test_phases_times_a_cuda_run_with_sync(tmp_path):
         via=[str(ROOT / "benchmark" / "tools" / "phases.py"), "--sync"],
     )
     assert result.returncode == 0, result.stderr
-    assert "on cuda" in result.stdout and "ppo_atari.py: 3 iterations," in result.stdout
+    assert re.search(r"^batch \d+, minibatch \d+, 3 iterations, cuda:0$", result.stdout, re.M), result.stdout
+    assert "ppo_atari.py: 3 iterations," in result.stdout
     assert re.search(r"^\| ROLLOUT \| [\d.]+ \| [\d.]+% \|$", result.stdout, re.M)
 
 
