@@ -2,10 +2,12 @@
 A, B, ...: neither always first), n times, pinned to the same cores with taskset and OMP_NUM_THREADS set to their
 number, each a fresh `python SCRIPT ...` in a temporary directory, timed from start to exit (imports and start-up
 included, as a user waits for them). Prints and writes a markdown table: each case's median wall time in A and in B,
-and A's median over B's (B's speed-up over A), with the machine's CPU, the date and both trees' commits.
+and A's median over B's (B's speed-up over A), with the machine's CPU, the date and both trees' commits. The cases
+named `-start` (not run by default) cut each run to one iteration: a run's fixed cost, beside the whole run's.
 
     git worktree add /tmp/baseline 88f3b48
     python benchmark/tools/side_by_side.py /tmp/baseline . --n 3 --out benchmark/results/speed/side_by_side.md
+    python benchmark/tools/side_by_side.py /tmp/baseline . ppo ppo-start cont cont-start rnn rnn-start atari atari-start
 
 Run it on an otherwise idle machine: other work on the pinned cores is timed too."""
 
@@ -26,6 +28,14 @@ CASES = {
     "cont": ("0", ["ppo_continuous_action.py", "--env-id", "HalfCheetah-v5", "--total-timesteps", "30720"]),
     "rnn": ("0", ["ppo_rnn.py", "--env-id", "CartPoleNoVel-v1", "--total-timesteps", "100000"]),
     "atari": ("0,1", ["ppo_atari.py", "--env-id", "BreakoutNoFrameskip-v4", "--total-timesteps", "20480"]),
+}
+# the same runs cut to one iteration (one batch at the default sizes): what a run costs besides its iterations (imports,
+# envs, agent, TensorBoard, closing), which no change to the training loop can shorten
+STARTS = {
+    "ppo-start": ("0", ["ppo.py", "--env-id", "CartPole-v1", "--total-timesteps", "512"]),
+    "cont-start": ("0", ["ppo_continuous_action.py", "--env-id", "HalfCheetah-v5", "--total-timesteps", "2048"]),
+    "rnn-start": ("0", ["ppo_rnn.py", "--env-id", "CartPoleNoVel-v1", "--total-timesteps", "512"]),
+    "atari-start": ("0,1", ["ppo_atari.py", "--env-id", "BreakoutNoFrameskip-v4", "--total-timesteps", "1024"]),
 }
 
 
@@ -75,13 +85,15 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("a", type=Path, help="the baseline tree")
     parser.add_argument("b", type=Path, help="the tree compared with it")
-    parser.add_argument("cases", nargs="*", default=list(CASES), help=f"some of {', '.join(CASES)} (default: all)")
+    parser.add_argument(
+        "cases", nargs="*", default=list(CASES), help=f"some of {', '.join(CASES | STARTS)} (default: {', '.join(CASES)})"
+    )
     parser.add_argument("--n", type=int, default=3, help="runs of each case in each tree")
     parser.add_argument("--out", type=Path, default=None, help="also write the table to this markdown file")
     args = parser.parse_args()
-    unknown = [case for case in args.cases if case not in CASES]
+    unknown = [case for case in args.cases if case not in CASES | STARTS]
     if unknown:
-        raise SystemExit(f"error: no case {', '.join(unknown)}; the cases: {', '.join(CASES)}")
+        raise SystemExit(f"error: no case {', '.join(unknown)}; the cases: {', '.join(CASES | STARTS)}")
     a, b = args.a.resolve(), args.b.resolve()
     lines = [
         f"Wall time, median of {args.n} runs each, alternated; {cpu()}, {datetime.date.today()}; "
@@ -91,7 +103,7 @@ def main():
         "|---|---|---|---|---|---|---|---|",
     ]
     for case in args.cases:
-        cores, argv = CASES[case]
+        cores, argv = (CASES | STARTS)[case]
         times = {a: [], b: []}
         for i in range(args.n):
             for tree in (a, b) if i % 2 == 0 else (b, a):
