@@ -32,7 +32,7 @@ def test_microbench_times_each_piece_and_finds_foreach_adam_bit_exact():
     result = subprocess.run([sys.executable, str(tool), *args], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     rows = dict(re.findall(r"^\| (.+) \| ([\d,.]+) \|$", result.stdout, re.MULTILINE))
-    assert len(rows) == 10 and all(float(us.replace(",", "")) > 0 for us in rows.values())
+    assert len(rows) == 11 and all(float(us.replace(",", "")) > 0 for us in rows.values())
     gaps = {
         re.search(r"Adam step, ([a-z ]+) \(", name)[1]: float(name.split(": ")[1].rstrip(")"))
         for name in rows

@@ -1,8 +1,8 @@
 """Microbenchmarks of the pieces of ppo.py's iteration that the speed issue asks about, in one thread: Adam's step in
 its three implementations (and whether their parameters agree bit for bit), the rollout's policy step with and without
-the entropy it does not use, the gradient clip with and without foreach, the vector env's step, and the forward and
-backward of ppo_atari.py's Nature CNN trunk in float32 and under bfloat16 autocast. Best of `--repeat` timings of
-`--number` calls each.
+the entropy it does not use, the vector env's step, the gradient clip with and without foreach, one whole minibatch
+step of the update, and the forward and backward of ppo_atari.py's Nature CNN trunk in float32 and under bfloat16
+autocast. Best of `--repeat` timings of `--number` calls each.
 
     OMP_NUM_THREADS=1 taskset -c 0 python benchmark/tools/microbench.py [--number 3000] [--repeat 5] [--cnn-batch 256]
 """
@@ -50,6 +50,29 @@ def policy_without_entropy(agent, x: torch.Tensor):
     return action, logits.gather(-1, action.unsqueeze(-1)).squeeze(-1), agent.critic(x).squeeze(-1)
 
 
+def minibatch_us(agent: nn.Module, run_args, args) -> tuple:
+    """One step of the update (update_minibatch: forward, losses, backward, clip, Adam) on a copy of agent, at ppo.py's
+    default minibatch size, on rows the copy's own policy produced for random observations: (µs per step, (the step's
+    top-level calls and all its operations as torch.profiler records them))."""
+    copied = copy.deepcopy(agent)
+    optimizer, _, update_step = ppo.make_update(run_args, copied, torch.device("cpu"))
+    rows = run_args.batch_size // run_args.num_minibatches
+    obs = torch.randn(rows, copied.actor[0].in_features)
+    with torch.no_grad():
+        actions, logprobs, _, values = copied.get_action_and_value(obs)
+    minibatch = (obs, logprobs, actions, torch.randn(rows), values + torch.randn(rows), values)
+
+    def step():
+        update_step(run_args, copied, optimizer, minibatch)
+
+    step()
+    with torch.profiler.profile() as profile:
+        step()
+    events = profile.events()
+    calls = (sum(event.cpu_parent is None for event in events), len(events))
+    return best_us(step, args.number // 10, args.repeat), calls
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--number", type=int, default=3000, help="calls per timing (Adam: a tenth; the CNN: 5)")
@@ -61,6 +84,7 @@ def main():
     print(f"{cpu()}, torch {torch.__version__}, one thread")
 
     run_args = ppo.Args(env_id="CartPole-v1", run_dir="microbench")
+    run_args.batch_size = run_args.num_envs * run_args.num_steps
     envs = ppo.make_vector_env(run_args, run_args.num_envs, 0)
     next_obs, _ = envs.reset(seed=1)
     agent = ppo.Agent(envs)
@@ -91,6 +115,9 @@ def main():
             nn.utils.clip_grad_norm_(agent.parameters(), 0.5, foreach=foreach)
 
         rows.append((f"clip_grad_norm_, foreach={foreach}", best_us(clip, args.number, args.repeat)))
+    step_us, (top, ops) = minibatch_us(agent, run_args, args)
+    mb_rows = run_args.batch_size // run_args.num_minibatches
+    rows.append((f"update_minibatch, {mb_rows} rows ({top} calls, {ops} operations in all, by torch.profiler)", step_us))
     adam = adam_variants(agent, args.number, args.repeat)
     for name, (us, flat) in adam.items():
         gap = (flat - adam["foreach"][1]).abs().max().item()
