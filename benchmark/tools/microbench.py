@@ -50,13 +50,12 @@ def policy_without_entropy(agent, x: torch.Tensor):
     return action, logits.gather(-1, action.unsqueeze(-1)).squeeze(-1), agent.critic(x).squeeze(-1)
 
 
-def minibatch_us(agent: nn.Module, run_args, args) -> tuple:
+def minibatch_us(agent: nn.Module, run_args, rows: int, args) -> tuple:
     """One step of the update (update_minibatch: forward, losses, backward, clip, Adam) on a copy of agent, at ppo.py's
-    default minibatch size, on rows the copy's own policy produced for random observations: (µs per step, (the step's
+    default minibatch size (rows), on rows the copy's own policy produced for random observations: (µs per step, (the step's
     top-level calls and all its operations as torch.profiler records them))."""
     copied = copy.deepcopy(agent)
     optimizer, _, update_step = ppo.make_update(run_args, copied, torch.device("cpu"))
-    rows = run_args.batch_size // run_args.num_minibatches
     obs = torch.randn(rows, copied.actor[0].in_features)
     with torch.no_grad():
         actions, logprobs, _, values = copied.get_action_and_value(obs)
@@ -115,8 +114,8 @@ def main():
             nn.utils.clip_grad_norm_(agent.parameters(), 0.5, foreach=foreach)
 
         rows.append((f"clip_grad_norm_, foreach={foreach}", best_us(clip, args.number, args.repeat)))
-    step_us, (top, ops) = minibatch_us(agent, run_args, args)
     mb_rows = run_args.batch_size // run_args.num_minibatches
+    step_us, (top, ops) = minibatch_us(agent, run_args, mb_rows, args)
     rows.append((f"update_minibatch, {mb_rows} rows ({top} calls, {ops} operations in all, by torch.profiler)", step_us))
     adam = adam_variants(agent, args.number, args.repeat)
     for name, (us, flat) in adam.items():
