@@ -37,6 +37,7 @@ STARTS = {
     "rnn-start": ("0", ["ppo_rnn.py", "--env-id", "CartPoleNoVel-v1", "--total-timesteps", "512"]),
     "atari-start": ("0,1", ["ppo_atari.py", "--env-id", "BreakoutNoFrameskip-v4", "--total-timesteps", "1024"]),
 }
+ALL_CASES = CASES | STARTS
 
 
 def commit(tree: Path) -> str:
@@ -86,14 +87,14 @@ def main():
     parser.add_argument("a", type=Path, help="the baseline tree")
     parser.add_argument("b", type=Path, help="the tree compared with it")
     parser.add_argument(
-        "cases", nargs="*", default=list(CASES), help=f"some of {', '.join(CASES | STARTS)} (default: {', '.join(CASES)})"
+        "cases", nargs="*", default=list(CASES), help=f"some of {', '.join(ALL_CASES)} (default: {', '.join(CASES)})"
     )
     parser.add_argument("--n", type=int, default=3, help="runs of each case in each tree")
     parser.add_argument("--out", type=Path, default=None, help="also write the table to this markdown file")
     args = parser.parse_args()
-    unknown = [case for case in args.cases if case not in CASES | STARTS]
+    unknown = [case for case in args.cases if case not in ALL_CASES]
     if unknown:
-        raise SystemExit(f"error: no case {', '.join(unknown)}; the cases: {', '.join(CASES | STARTS)}")
+        raise SystemExit(f"error: no case {', '.join(unknown)}; the cases: {', '.join(ALL_CASES)}")
     a, b = args.a.resolve(), args.b.resolve()
     lines = [
         f"Wall time, median of {args.n} runs each, alternated; {cpu()}, {datetime.date.today()}; "
@@ -103,7 +104,7 @@ def main():
         "|---|---|---|---|---|---|---|---|",
     ]
     for case in args.cases:
-        cores, argv = (CASES | STARTS)[case]
+        cores, argv = ALL_CASES[case]
         times = {a: [], b: []}
         for i in range(args.n):
             for tree in (a, b) if i % 2 == 0 else (b, a):
