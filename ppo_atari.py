@@ -1,22 +1,19 @@
 """PPO for Atari (ale-py) with the DQN preprocessing and a shared Nature CNN, on gymnasium 1.x.
 
-    python ppo_atari.py --cuda-graphs               # BreakoutNoFrameskip-v4, 10M steps: ~51 min on one H100 (3,294 SPS)
-    python ppo_atari.py --num-envs 128 --num-steps 32 --num-minibatches 16 --cuda-graphs   # 8,182 SPS there: 10M in ~20 min
-    python ppo_atari.py --eval-checkpoint runs/<run>/ppo_atari.pt --capture-video  # on the env path it trained on
+    python ppo_atari.py --cuda-graphs           # Breakout, 10M steps: ~51 min on one H100
+    python ppo_atari.py --num-envs 128 --num-steps 32 --num-minibatches 16 --cuda-graphs  # ~20 min
+    python ppo_atari.py --eval-checkpoint runs/<run>/ppo_atari.pt --capture-video
 
-Follows Schulman et al. 2017 (arXiv:1707.06347) and openai/baselines' ppo2 with every detail of
-"The 32 Implementation Details of PPO" (Huang and Dossa, 2020), corrected for gymnasium 1.x: no
-transition from an autoreset reaches the batch, and a time-limit truncation bootstraps
-gamma * V(final_obs) instead of being treated as termination (`--no-bootstrap-truncation` restores
-the old behaviour). `%run` in IPython leaves `agent`, the storage and `b_*` in the namespace.
-Checkpoints are pickles (optimizer, RNG and env state): load only checkpoints you trust.
-
-Read the research layer (down to `evaluate`) and `__main__`: the run-management layer between them
-is the same in all four scripts and can be skipped on a first reading.
+Schulman et al. 2017 (arXiv:1707.06347) with every detail of "The 32 Implementation Details of
+PPO" (Huang and Dossa, 2020), on gymnasium 1.x: a time-limit truncation bootstraps
+gamma * V(final_obs) (`--no-bootstrap-truncation`: treated as termination). Read down to
+`evaluate`, then `__main__`; the run management between them can be skipped. Checkpoints are
+pickles: load only those you trust.
 """
 
 import contextlib
 import errno
+import functools
 import importlib.util
 import io
 import os
@@ -25,10 +22,11 @@ import random
 import signal
 import threading
 import time
+import types
 from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Optional
+from typing import NoReturn, Optional
 
 import ale_py
 import gymnasium as gym
@@ -55,8 +53,7 @@ class Args:
     cuda: bool = True
     """if toggled, cuda will be used when available (CPU otherwise, with a notice)"""
     cuda_graphs: bool = False
-    """on CUDA, record the rollout's policy forward and the update's minibatch step in CUDA graphs and replay them (no
-    kernel launch overhead; fused Adam: other numbers than without)"""
+    """on CUDA, replay the policy's forward and the minibatch step from CUDA graphs (fused Adam)"""
     track: bool = False
     """if toggled, this experiment will be tracked with Weights and Biases"""
     wandb_project_name: str = "cleanRL"
@@ -66,14 +63,13 @@ class Args:
     capture_video: bool = False
     """whether to capture videos of the agent performances (check out `videos` folder)"""
     save_model: bool = False
-    """whether to save a checkpoint to `{run_dir}/{exp_name}.pt` (at the end, and on Ctrl-C or SIGTERM)"""
+    """save a checkpoint to `{run_dir}/{exp_name}.pt` at the end, and on Ctrl-C or SIGTERM"""
     save_every: float = 10.0
-    """with --save-model, also write the checkpoint every this many minutes of wall time (0: after every iteration)"""
+    """with --save-model, also save every this many minutes (0: after every iteration)"""
     run_dir: Optional[str] = None
-    """the run's directory, for its TensorBoard log and checkpoint (default: `runs/{run_name}`; --resume: the checkpoint's)"""
+    """the run's directory for TensorBoard and the checkpoint (default: `runs/{run_name}`)"""
     resume: Optional[str] = None
-    """path of a checkpoint to continue training from, with every setting it was saved with (flags here change how it
-    runs and is recorded, and may raise --total-timesteps); `auto`: the one in --run-dir if there is one, else start"""
+    """a checkpoint to continue, with its settings (`auto`: the one in --run-dir, if any)"""
     eval_checkpoint: Optional[str] = None
     """path of a checkpoint to evaluate instead of training, on the env it was trained on"""
     eval_episodes: int = 10
@@ -84,8 +80,7 @@ class Args:
     env_id: str = "BreakoutNoFrameskip-v4"
     """the id of the environment"""
     total_timesteps: int = 10000000
-    """total timesteps of the experiments (raised on --resume: trains further, the learning rate at the new schedule's
-    point, (1 - iterations done / new iterations) x learning_rate: not the run a larger total from the start would give)"""
+    """total timesteps of the experiments (a larger value on --resume trains further)"""
     learning_rate: float = 2.5e-4
     """the learning rate of the optimizer"""
     num_envs: int = 8
@@ -115,13 +110,13 @@ class Args:
     max_grad_norm: float = 0.5
     """the maximum norm for the gradient clipping"""
     target_kl: Optional[float] = None
-    """stop the update of an iteration before the first minibatch whose approx KL exceeds it"""
+    """skip the rest of an iteration's update at the first minibatch whose approx KL exceeds it"""
     bootstrap_truncation: bool = True
     """bootstrap gamma * V(final_obs) at time-limit truncations (off: treat them as termination)"""
     native_envs: bool = True
-    """step the games with ale-py's C++ vector env (off: gymnasium's wrappers, for exact resume)"""
+    """step the games in ale-py's C++ vector env (off: make_env's wrappers, which resume exactly)"""
     env_groups: int = 0
-    """the native envs step in this many groups, one while the policy acts for the next (0: 2 on a GPU, else 1)"""
+    """native envs step in this many groups, one while the policy acts for another (0: auto)"""
 
     batch_size: tyro.conf.Suppress[int] = 0
     """the batch size (computed in runtime, not a flag)"""
@@ -138,11 +133,13 @@ def make_env(env_id: str, idx: int, capture_video: bool, run_name: str):
             env = gym.wrappers.RecordVideo(env, f"videos/{run_name}")
         else:
             env = gym.make(env_id, obs_type="grayscale")
-        # 1-30 no-ops at reset; frames skipped 4 at a time with the max of the last two (v5 ids skip in the emulator); 84x84
-        env = gym.wrappers.AtariPreprocessing(LastScreens(env), frame_skip=4 if env.spec.kwargs.get("frameskip") == 1 else 1)
-        env.env.buffer = env.obs_buffer  # where LastScreens puts the last two screens at a time limit
-        env = EpisodicLife(env)  # lost lives end episodes, the serve after them, whole games logged (below the clipping)
-        env = gym.wrappers.TransformReward(env, np.sign)  # learning sees rewards clipped to their sign
+        # 1-30 no-ops at reset; 84x84; NoFrameskip ids: frames skipped 4 at a time, the max of the
+        # last two kept (other ids skip in the emulator)
+        frame_skip = 4 if env.spec.kwargs.get("frameskip") == 1 else 1
+        env = gym.wrappers.AtariPreprocessing(LastScreens(env), frame_skip=frame_skip)
+        env.env.buffer = env.obs_buffer  # where LastScreens puts the last two screens
+        env = EpisodicLife(env)  # lost lives end episodes; whole games logged, unclipped
+        env = gym.wrappers.TransformReward(env, np.sign)  # learning sees rewards' signs only
         env = gym.wrappers.FrameStackObservation(env, 4)
         return env
 
@@ -150,7 +147,8 @@ def make_env(env_id: str, idx: int, capture_video: bool, run_name: str):
 
 
 class LastScreens(gym.Wrapper):
-    """At a time limit, the last two screens into AtariPreprocessing's buffer (its frame skip stops before it takes them)."""
+    """At a time limit, the last two screens into AtariPreprocessing's buffer: its frame skip stops
+    before it takes them, and the final observation would be stale."""
 
     def step(self, action):
         before = self.unwrapped.ale.getScreenGrayscale()
@@ -162,15 +160,20 @@ class LastScreens(gym.Wrapper):
 
 
 class EpisodicLife(gym.Wrapper):
-    """A lost life ends the episode for learning, the game only when over; a life starts with steps the agent never sees (a
-    no-op after a lost life, then the serve: FIRE and action 2). Logs each game once: "r" its raw score, "l" its steps."""
+    """A lost life ends the episode for learning, the game only when it is over. A new life starts
+    with steps the agent never sees, played here as the life is lost (as ale-py's vector env does):
+    a no-op, then the serve (FIRE and action 2). Each game is logged once: "r" its raw score, "l"
+    its steps."""
 
     def __init__(self, env: gym.Env):
         super().__init__(env)
         self.serve_actions = (1, 2) if env.unwrapped.get_action_meanings()[1] == "FIRE" else ()
-        self.next_life = None  # (obs, info) where the unseen steps started the next life: what reset() returns
+        self.next_life = (
+            None  # (obs, info) after the unseen steps of the next life: reset() returns it
+        )
 
-    def unseen(self, actions: tuple, obs, info) -> tuple:  # the steps the agent does not see: (last obs, info, game over)
+    def play_unseen(self, actions: tuple, obs, info) -> tuple:
+        """Steps the agent does not see: (the last obs, its info, whether the game ended)."""
         for action in actions:
             obs, reward, terminated, truncated, info = self.env.step(action)
             self.score += reward
@@ -182,30 +185,36 @@ class EpisodicLife(gym.Wrapper):
         obs, reward, terminated, truncated, info = self.env.step(action)
         self.score += reward
         self.length += 1
-        lost_life = self.unwrapped.ale.lives() < self.lives and not terminated  # at a time limit too: as natively
+        # a life lost at a time limit counts too, as in ale-py's vector env
+        lost_life = self.unwrapped.ale.lives() < self.lives and not terminated
         self.lives = self.unwrapped.ale.lives()
         game_over = terminated or truncated
-        if lost_life and not game_over:  # the next life starts now, before the episode's end reaches the agent
-            obs_next, info_next, game_over = self.unseen((0, *self.serve_actions), obs, info)  # a no-op, then the serve
-            self.next_life = None if game_over else (obs_next, info_next)
+        if lost_life and not game_over:  # the next life starts now, before the agent sees the end
+            next_obs, next_info, game_over = self.play_unseen((0, *self.serve_actions), obs, info)
+            self.next_life = None if game_over else (next_obs, next_info)
         if game_over:
             info = {**info, "episode": {"r": self.score, "l": self.length}}
-        return obs, reward, terminated or lost_life, truncated and not lost_life, info
+        terminated = terminated or lost_life
+        truncated = truncated and not lost_life
+        return obs, reward, terminated, truncated, info
 
     def reset(self, **kwargs):
         start = self.next_life
         self.next_life = None
-        while start is None:  # a new game (its serve at a time limit shorter than the opening: another one, unlogged)
+        # a new game; should its serve run into a time limit, another one (unlogged, unseeded)
+        while start is None:
             self.score = 0.0
             self.length = 0
-            obs, info, over = self.unseen(self.serve_actions, *self.env.reset(**kwargs))
+            obs, info = self.env.reset(**kwargs)
+            obs, info, over = self.play_unseen(self.serve_actions, obs, info)
             start = None if over else (obs, info)
             kwargs = {}
         self.lives = self.unwrapped.ale.lives()
         return start
 
-    def __getstate__(self):
-        return {**self.__dict__, "emulator": (self.unwrapped.clone_state(include_rng=True), self.unwrapped.np_random)}
+    def __getstate__(self):  # the emulator mid-game, for exact resume
+        emulator = self.unwrapped.clone_state(include_rng=True)
+        return {**self.__dict__, "emulator": (emulator, self.unwrapped.np_random)}
 
     def __setstate__(self, state):
         self.__dict__.update(state)
@@ -214,24 +223,36 @@ class EpisodicLife(gym.Wrapper):
 
 
 class NativeAtari(gym.vector.VectorEnv):
-    """ale-py's AtariVectorEnv (C++ threads) as make_env plays: lost lives end episodes, a new life's first step is a serve
-    (FIRE in place of the agent's action: `serves`). Groups of envs: send(actions, g) steps envs[parts[g]], recv(g) waits."""
+    """ale-py's AtariVectorEnv (C++ threads) playing as make_env's envs do: lost lives end
+    episodes, and a new life's first step is its serve (FIRE in place of the agent's action, marked
+    in `serves`: the agent sees that step, unlike make_env's). Envs step in groups: send(actions, g)
+    starts envs[parts[g]], recv(g) waits for them."""
 
     def __init__(self, env_id: str, num_envs: int, groups: int, video: Optional[str]):
-        spec = gym.spec(env_id.split(":")[-1]).kwargs  # "module:Game-v4" ids: gym.make imported the module
-        skip = spec.get("frameskip", 4)  # NoFrameskip ids: 1, so skip 4 here with the max of the last two frames
-        settings = {"frameskip": 4 if skip == 1 else skip, "maxpool": skip == 1, "noop_max": 30, "use_fire_reset": True}
-        # a lost life terminates, the game goes on (episodic_life restarts it), the score is the raw rewards' sum; as the id
-        settings.update(life_loss_info=True, reward_clipping=False, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
-        settings["repeat_action_probability"] = spec.get("repeat_action_probability", 0.25)
-        settings["full_action_space"] = spec.get("full_action_space", False)
-        settings["max_num_frames_per_episode"] = spec.get("max_num_frames_per_episode", 108000)
-        cores = max(1, len(os.sched_getaffinity(0)) // int(os.environ.get("LOCAL_WORLD_SIZE", 1)))  # this process's share
-        settings["num_threads"] = min(num_envs // groups, cores)
-        self.vector_envs = [ale_py.AtariVectorEnv(spec["game"], num_envs // groups, **settings) for _ in range(groups)]
-        self.parts = [slice(g * num_envs // groups, (g + 1) * num_envs // groups) for g in range(groups)]
-        colour = {"img_height": 210, "img_width": 160, "grayscale": False, "stack_num": 1, "num_threads": 1}
-        self.twin = ale_py.AtariVectorEnv(spec["game"], 1, **{**settings, **colour}) if video else None
+        kwargs = gym.spec(
+            env_id.split(":")[-1]
+        ).kwargs  # a "module:Game-v4" id: its module imported
+        skip = kwargs.get("frameskip", 4)  # NoFrameskip ids: 1; skip 4 here, max of the last two
+        settings = {"frameskip": 4 if skip == 1 else skip, "maxpool": skip == 1, "noop_max": 30}
+        settings.update(use_fire_reset=True, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+        # a lost life terminates (the game goes on); the rewards stay raw, for the game's score
+        settings.update(life_loss_info=True, reward_clipping=False)
+        settings["repeat_action_probability"] = kwargs.get("repeat_action_probability", 0.25)
+        settings["full_action_space"] = kwargs.get("full_action_space", False)
+        settings["max_num_frames_per_episode"] = kwargs.get("max_num_frames_per_episode", 108000)
+        # this process's share of the cores
+        cores = len(os.sched_getaffinity(0)) // int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+        settings["num_threads"] = min(num_envs // groups, max(1, cores))
+        size = num_envs // groups
+        self.vector_envs = [
+            ale_py.AtariVectorEnv(kwargs["game"], size, **settings) for _ in range(groups)
+        ]
+        self.parts = [slice(g * size, (g + 1) * size) for g in range(groups)]
+        # video: a twin of env 0 in colour, fed the same seed and actions
+        colour = {"img_height": 210, "img_width": 160, "grayscale": False, "stack_num": 1}
+        colour["num_threads"] = 1
+        twin_settings = {**settings, **colour}
+        self.twin = ale_py.AtariVectorEnv(kwargs["game"], 1, **twin_settings) if video else None
         self.video = video
         self.clip = []  # the twin's frames of env 0's game in progress
         self.games = 0  # env 0's games so far
@@ -242,31 +263,37 @@ class NativeAtari(gym.vector.VectorEnv):
         self.fire = self.vector_envs[0].ale.get_action_set()[1] == ale_py.Action.FIRE
 
     def reset(self, *, seed=None, options=None):
-        seeds = seed + np.arange(self.num_envs) if isinstance(seed, int) else seed  # env i: seed + i, whatever its group
-        out = [
-            env.reset(seed=None if seeds is None else seeds[p]) for env, p in zip(self.vector_envs, self.parts, strict=True)
-        ]
+        # env i is seeded seed + i, whatever its group
+        seeds = seed + np.arange(self.num_envs) if isinstance(seed, int) else seed
+        out = []
+        for env, part in zip(self.vector_envs, self.parts, strict=True):
+            out.append(env.reset(seed=None if seeds is None else seeds[part]))
         obs = np.concatenate([obs for obs, _ in out])
         infos = {key: np.concatenate([info[key] for _, info in out]) for key in out[0][1]}
-        self.returns = np.zeros(self.num_envs)  # each env's game so far: its raw score, its steps, its frame
+        self.returns = np.zeros(self.num_envs)  # each env's game so far: its raw score, its steps
         self.lengths = np.zeros(self.num_envs, dtype=np.int64)
         self.frames = infos["episode_frame_number"]
         self.serves = np.zeros(self.num_envs, dtype=bool)  # whether each env's next step is a serve
-        self.clip = [self.twin.reset(seed=None if seeds is None else np.asarray(seeds[:1]))[0][0, 0]] if self.twin else []
+        self.clip = []
+        if self.twin:
+            first_frame, _ = self.twin.reset(seed=None if seeds is None else np.asarray(seeds[:1]))
+            self.clip = [first_frame[0, 0]]
         return obs, infos
 
     def send(self, actions: np.ndarray, group: int = 0):
         actions = np.where(self.serves[self.parts[group]], 1, actions)  # a serve plays FIRE
         self.vector_envs[group].send(actions)
         if self.twin and group == 0:
-            self.clip.append(self.twin.step(actions[:1])[0][0, 0])
+            frames, *_ = self.twin.step(actions[:1])
+            self.clip.append(frames[0, 0])
 
     def recv(self, group: int = 0) -> tuple:
         obs, rewards, terminations, truncations, infos = self.vector_envs[group].recv()
         part = self.parts[group]
         self.returns[part] += rewards
         self.lengths[part] += 1
-        # a new game started where the emulator's frame count fell (not the lives: bonus lives; nor terminations: time limits)
+        # a new game started where the emulator's frame count fell; not the lives (bonus lives),
+        # nor the terminations (every lost life terminates)
         game_over = truncations | (infos["episode_frame_number"] < self.frames[part])
         self.frames[part] = infos["episode_frame_number"]
         self.serves[part] = terminations & ~game_over & self.fire
@@ -275,16 +302,22 @@ class NativeAtari(gym.vector.VectorEnv):
             infos["final_info"] = {"episode": episodes, "_episode": game_over}
             self.returns[part][game_over] = 0
             self.lengths[part][game_over] = 0
-        if self.twin and group == 0 and game_over[0]:  # env 0's game is over: its video where RecordVideo records one
-            save_video = importlib.import_module("gymnasium.utils.save_video").save_video  # imports moviepy: only when needed
-            save_video(self.clip, self.video, fps=15, name_prefix="game", episode_index=self.games)  # games 0, 1, 8, 27, ...
-            self.clip = self.clip[-1:]  # the new game's first frame
-            self.games += 1
+        if self.twin and group == 0 and game_over[0]:  # env 0's game is over: its video, maybe
+            self.save_video()
         return obs, np.sign(rewards).astype(np.float64), terminations, truncations, infos
+
+    def save_video(self):
+        """The video of env 0's game just over, where RecordVideo would record: games 0, 1, 8..."""
+        # imports moviepy: only when needed
+        save_video = importlib.import_module("gymnasium.utils.save_video").save_video
+        save_video(self.clip, self.video, fps=15, name_prefix="game", episode_index=self.games)
+        self.clip = self.clip[-1:]  # the new game's first frame
+        self.games += 1
 
 
 class WrapperEnvs(gym.vector.SyncVectorEnv):
-    """make_env's envs in gymnasium's SyncVectorEnv, stepped as NativeAtari's one group: send(actions), then recv()."""
+    """make_env's envs in gymnasium's SyncVectorEnv, stepped as NativeAtari's one group:
+    send(actions), then recv()."""
 
     parts = [slice(None)]
 
@@ -300,47 +333,44 @@ class WrapperEnvs(gym.vector.SyncVectorEnv):
 
 
 def make_vector_env(args: Args, num_envs: int, rank: int) -> gym.vector.VectorEnv:
-    """The vector env in SAME_STEP autoreset mode: an episode's last step returns the next episode's first observation
-    and puts the real last one in infos["final_obs"], so every step is a real transition. The default NEXT_STEP mode
-    would spend one step per episode on a reset whose action is ignored."""
+    """SAME_STEP autoreset: an episode's last step returns the next one's first observation, the
+    real last one in infos["final_obs"]; no step of the batch is spent on a reset."""
     run_name = os.path.basename(args.run_dir)  # videos/{run_name}
-    num_envs = 1 if args.eval_checkpoint else num_envs  # evaluation plays one env
-    if args.native_envs:  # ale-py's (evaluation: where its checkpoint trained, one group), else make_env's wrappers
-        gpu = args.cuda and torch.cuda.is_available() and num_envs % 2 == 0  # a GPU acts for one group while the other steps
-        video = f"videos/{run_name}" if args.capture_video and rank == 0 else None  # env 0's games, in colour
-        return NativeAtari(args.env_id, num_envs, min(args.env_groups or (2 if gpu else 1), num_envs), video)
-    thunks = [make_env(args.env_id, i, args.capture_video and rank == 0, run_name) for i in range(num_envs)]
+    if args.native_envs:  # ale-py's, else make_env's wrappers
+        # a GPU acts for one group while the other steps
+        gpu = args.cuda and torch.cuda.is_available() and num_envs % 2 == 0
+        groups = min(args.env_groups or (2 if gpu else 1), num_envs)
+        video = f"videos/{run_name}" if args.capture_video and rank == 0 else None  # env 0's games
+        return NativeAtari(args.env_id, num_envs, groups, video)
+    thunks = [
+        make_env(args.env_id, i, args.capture_video and rank == 0, run_name)
+        for i in range(num_envs)
+    ]
     return WrapperEnvs(thunks, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
 
 
-def ended_episodes(infos: dict, global_step: int) -> list:
-    """(global_step, return, length) of each episode that ended in a step, from its infos' "final_info" (SAME_STEP mode)."""
-    if "final_info" not in infos or "episode" not in infos["final_info"]:
-        return []
-    episodes = infos["final_info"]["episode"]
-    ended = np.flatnonzero(infos["final_info"]["_episode"])
-    return [(global_step, float(episodes["r"][i]), int(episodes["l"][i])) for i in ended]
-
-
 def check_env(args: Args):
-    """Fail early, before anything is written, if the env is unknown or not of this script's kind."""
+    """Fail before anything is written if the env is unknown or not of this script's kind."""
     env_id = args.env_id
     try:
         env = gym.make(env_id)
     except gym.error.Error as e:
-        fail(f"unknown env id {env_id!r} ({e}); list them: python -c 'import gymnasium; gymnasium.pprint_registry()'")
+        fail(f"unknown env id {env_id!r} ({e}); see gymnasium.pprint_registry()")
     except ImportError as e:
-        fail(f"the module of env id {env_id!r} does not import ({e.__cause__ or e}); check the name before ':', or install it")
+        fail(f"the module of env id {env_id!r} does not import ({e.__cause__ or e})")
     env.close()
     if not isinstance(env.unwrapped, ale_py.AtariEnv):
-        fail(f"{env_id} is not an Atari game; use ppo.py (or ppo_continuous_action.py for continuous actions)")
+        fail(f"{env_id} is not an Atari game; use ppo.py (ppo_continuous_action.py: continuous)")
     kwargs = env.spec.kwargs
-    if args.native_envs and (not isinstance(kwargs.get("frameskip", 4), int) or {"mode", "difficulty"} & kwargs.keys()):
-        fail(f"the native vector env cannot play {env_id} (random frame skip, or a game mode); use --no-native-envs")
+    random_skip = not isinstance(kwargs.get("frameskip", 4), int)
+    if args.native_envs and (random_skip or {"mode", "difficulty"} & kwargs.keys()):
+        why = "random frame skip, or a game mode"
+        fail(f"the native vector env cannot play {env_id} ({why}); use --no-native-envs")
     groups = args.env_groups
     per_process = args.num_envs // int(os.environ.get("WORLD_SIZE", 1))
-    if groups < 0 or groups > 1 and not args.native_envs or groups and per_process % groups:
-        fail(f"--env-groups {groups}: native envs (no --no-native-envs), 0 or a divisor of {per_process}")
+    if groups < 0 or (groups > 1 and not args.native_envs) or (groups and per_process % groups):
+        allowed = f"native envs (no --no-native-envs), 0 or a divisor of {per_process}"
+        fail(f"--env-groups {groups}: {allowed}")
 
 
 def layer_init(layer: nn.Linear, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Linear:
@@ -365,39 +395,60 @@ class Agent(nn.Module):
         )
         self.critic = layer_init(nn.Linear(512, 1), std=1.0)
         self.actor = layer_init(nn.Linear(512, envs.single_action_space.n), std=0.01)
-        self.to(memory_format=torch.channels_last)  # faster convolutions on CPU (.to(device) keeps the format)
+        self.to(memory_format=torch.channels_last)  # faster convolutions on CPU, kept by .to()
 
     def get_value(self, x: torch.Tensor) -> torch.Tensor:
-        return self.critic(self.network(x / 255.0)).squeeze(-1)  # (B,); uint8 pixels scaled to [0, 1] here
+        return self.critic(self.network(x / 255.0)).squeeze(-1)  # (B,); pixels scaled to [0, 1]
 
     def get_action_and_value(self, x: torch.Tensor, action: Optional[torch.Tensor] = None):
         x = self.network(x / 255.0)  # (B, 512): the trunk's features, for both heads
-        # torch.distributions.Categorical's sample, log_prob and entropy written out: the same numbers without the object
+        # Categorical(logits=...)'s sample, log_prob and entropy written out: the same numbers,
+        # without building a distribution object at every step
         logits = self.actor(x)  # (B, n_actions)
-        logits = logits - logits.logsumexp(-1, keepdim=True)  # normalized: the log-probabilities
+        log_probs = logits - logits.logsumexp(-1, keepdim=True)
         if action is None:
-            action = torch.multinomial(logits.softmax(-1), 1, True).squeeze(-1)
-        logprob = logits.gather(-1, action.unsqueeze(-1)).squeeze(-1)
-        entropy = -(logits.clamp(min=torch.finfo(logits.dtype).min) * logits.softmax(-1)).sum(-1)
+            action = torch.multinomial(log_probs.softmax(-1), 1, replacement=True).squeeze(-1)
+        logprob = log_probs.gather(-1, action.unsqueeze(-1)).squeeze(-1)
+        # 0 * log(0) = 0: a log-probability of -inf is clamped to the lowest float
+        finite_log_probs = log_probs.clamp(min=torch.finfo(log_probs.dtype).min)
+        entropy = -(finite_log_probs * log_probs.softmax(-1)).sum(-1)
         # (B,) action, (B,) log-prob, (B,) entropy, (B,) value
         return action, logprob, entropy, self.critic(x).squeeze(-1)
 
 
 def compute_gae(rewards, values, dones, next_value, next_done, gamma: float, gae_lambda: float):
-    """GAE(gamma, lambda) over a (num_steps, num_envs) rollout; returns (advantages, returns).
-
-    dones[t] = 1 when obs[t] is the first observation of a new episode (the step before ended one),
-    so the trace is cut between t-1 and t. next_value/next_done belong to the observation after the
-    rollout. Truncations arrive here as dones with gamma * V(final_obs) already in the reward.
-    """
+    """GAE(gamma, lambda) over a (num_steps, num_envs) rollout: (advantages, returns). dones[t] = 1
+    cuts the trace between t-1 and t; next_* belong to the observation after the rollout."""
+    rewards, dones, next_done = (x.to(values.device) for x in (rewards, dones, next_done))
+    # row t: what follows step t (row t + 1; after the last step, next_*)
     nextnonterminal = 1.0 - torch.cat((dones[1:], next_done[None]))  # (num_steps, num_envs)
     nextvalues = torch.cat((values[1:], next_value[None]))
     deltas = rewards + gamma * nextvalues * nextnonterminal - values
     advantages = torch.zeros_like(rewards)
     lastgaelam = torch.zeros_like(next_value)
     for t in reversed(range(rewards.shape[0])):
-        advantages[t] = lastgaelam = deltas[t] + gamma * gae_lambda * nextnonterminal[t] * lastgaelam
+        lastgaelam = deltas[t] + gamma * gae_lambda * nextnonterminal[t] * lastgaelam
+        advantages[t] = lastgaelam
     return advantages, advantages + values
+
+
+def bootstrap_truncation(
+    args: Args, agent: Agent, reward, terminations, truncations, infos, rnn_state=None
+):
+    """reward += gamma * V(final_obs), in place, where a time limit cut an episode short: the MDP
+    goes on past it (Pardo et al. 2018, arXiv:1712.00378). Terminations get nothing."""
+    trunc = np.flatnonzero(truncations & ~terminations)
+    if not args.bootstrap_truncation or len(trunc) == 0:
+        return
+    parameter = next(agent.parameters())
+    final_obs = np.stack(infos["final_obs"][trunc])
+    final_obs = torch.as_tensor(final_obs, dtype=parameter.dtype, device=parameter.device)
+    with torch.inference_mode():
+        if rnn_state is None:
+            final_value = agent.get_value(final_obs)
+        else:  # ppo_rnn.py: each cut episode goes on from its env's recurrent state
+            final_value = agent.get_value(final_obs, tuple(s[:, trunc] for s in rnn_state))
+        reward[trunc] += args.gamma * final_value.cpu().numpy()
 
 
 def policy_loss(advantages: torch.Tensor, ratio: torch.Tensor, clip_coef: float) -> torch.Tensor:
@@ -407,11 +458,9 @@ def policy_loss(advantages: torch.Tensor, ratio: torch.Tensor, clip_coef: float)
     return torch.max(pg_loss1, pg_loss2).mean()
 
 
-def value_loss(
-    newvalue: torch.Tensor, values: torch.Tensor, returns: torch.Tensor, clip_coef: Optional[float]
-) -> torch.Tensor:
-    """0.5 * the mean squared error of the new values to the returns; with clip_coef (--clip-vloss, as baselines' ppo2),
-    of each row the larger of that error and the one of the new value moved at most clip_coef from the rollout's."""
+def value_loss(newvalue, values, returns, clip_coef: Optional[float]) -> torch.Tensor:
+    """0.5 * the mean squared error to the returns; with clip_coef (--clip-vloss, as baselines'
+    ppo2), the larger of it and that of the value clipped to within clip_coef of the old one."""
     v_loss_unclipped = (newvalue - returns) ** 2
     if clip_coef is None:
         return 0.5 * v_loss_unclipped.mean()
@@ -425,34 +474,38 @@ def mean_over(x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
     return (x * rows).sum() / rows.sum().clamp(min=1.0)
 
 
-STATS = ("policy_loss", "value_loss", "entropy", "old_approx_kl", "approx_kl", "clipfrac", "loss", "grad_norm")
-
-
-def update_minibatch(args: Args, agent: Agent, optimizer: optim.Optimizer, minibatch: tuple) -> Optional[torch.Tensor]:
-    """One gradient step on minibatch, the rows mb_inds of the b_* tensors in `batch` (obs, logprobs, actions, advantages,
-    returns, values, and what the domain adds): the clipped surrogate, the value loss and the entropy bonus. Returns the
-    step's statistics (STATS, in that order) in one tensor, or None, without a step, where the approximate KL has passed
-    args.target_kl. A function of tensors and nothing else, so that --cuda-graphs can record it once and replay it."""
+def update_minibatch(args: Args, agent: Agent, optimizer: optim.Optimizer, minibatch: tuple):
+    """One gradient step on a minibatch (rows of the b_* tensors): its statistics by name, or None,
+    without a step, once the approximate KL passes --target-kl. all_mean, whole_mean_std and
+    average_gradients pool over torchrun's processes (in a plain run: x, mean and std, nothing)."""
     mb_obs, mb_logprobs, mb_actions, mb_advantages, mb_returns, mb_values, mb_serves = minibatch
     _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb_obs, mb_actions)
-    assert newlogprob.shape == newvalue.shape == mb_returns.shape  # (minibatch,): no broadcasting below
+    assert newlogprob.shape == newvalue.shape == mb_returns.shape  # (minibatch,): no broadcasting
     logratio = newlogprob - mb_logprobs
     ratio = logratio.exp()
-    kept = 1.0 - mb_serves  # the rows whose action the env played (a serve played FIRE): the policy's terms keep only them
+    # a serve played FIRE, not the sampled action: the policy's terms skip those rows (the value
+    # and the advantages' statistics keep them: the state was real)
+    kept = 1.0 - mb_serves
 
     with torch.no_grad():
         # http://joschu.net/blog/kl-approx.html
-        old_approx_kl, approx_kl = all_mean(torch.stack((mean_over(-logratio, kept), mean_over((ratio - 1) - logratio, kept))))
+        old_approx_kl = all_mean(mean_over(-logratio, kept))
+        approx_kl = all_mean(mean_over((ratio - 1) - logratio, kept))
         clipfrac = mean_over(((ratio - 1.0).abs() > args.clip_coef).float(), kept)
+    # checked before each step (CleanRL: after each epoch), so that no step passes the limit
     if args.target_kl is not None and approx_kl > args.target_kl:
-        return None  # no further minibatch or epoch
+        return None
 
-    if args.norm_adv:  # by the statistics of the whole minibatch, every process's share of it
+    if args.norm_adv:
         mb_mean, mb_std = whole_mean_std(mb_advantages)
         mb_advantages = (mb_advantages - mb_mean) / (mb_std + 1e-8)
 
-    pg_loss = policy_loss(mb_advantages * kept / kept.mean().clamp(min=1.0 / len(kept)), ratio, args.clip_coef)
-    v_loss = value_loss(newvalue, mb_values, mb_returns, args.clip_coef if args.clip_vloss else None)
+    # the mean over the kept rows: their advantages over the kept fraction, the others' zeroed
+    kept_advantages = mb_advantages * kept / kept.mean().clamp(min=1.0 / len(kept))
+    pg_loss = policy_loss(kept_advantages, ratio, args.clip_coef)
+    v_loss = value_loss(
+        newvalue, mb_values, mb_returns, args.clip_coef if args.clip_vloss else None
+    )
     entropy_loss = mean_over(entropy, kept)
     loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
 
@@ -461,7 +514,550 @@ def update_minibatch(args: Args, agent: Agent, optimizer: optim.Optimizer, minib
     average_gradients(agent)
     grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
     optimizer.step()
-    return torch.stack((pg_loss, v_loss, entropy_loss, old_approx_kl, approx_kl, clipfrac, loss, grad_norm)).detach()
+    stats = {
+        "policy_loss": pg_loss,
+        "value_loss": v_loss,
+        "entropy": entropy_loss,
+        "old_approx_kl": old_approx_kl,
+        "approx_kl": approx_kl,
+        "clipfrac": clipfrac,
+        "loss": loss,
+        "grad_norm": grad_norm,
+    }
+    return {name: value.detach() for name, value in stats.items()}
+
+
+def receive(args: Args, agent: Agent, envs, group: int, rewards_row, next_obs, next_done) -> dict:
+    """A group's step, received: its rewards (with the truncation bootstrap) into rewards_row, its
+    observations and dones into next_obs and next_done. Returns its infos."""
+    part = envs.parts[group]
+    obs, reward, terminations, truncations, infos = envs.recv(group)
+    bootstrap_truncation(args, agent, reward, terminations, truncations, infos)
+    rewards_row[part] = torch.as_tensor(reward)
+    next_obs[part] = torch.as_tensor(obs, device=next_obs.device)
+    next_done[part] = torch.as_tensor(terminations | truncations)
+    return infos
+
+
+def evaluate(
+    args: Args, agent: Agent, envs: gym.vector.VectorEnv, ckpt: dict, device: torch.device
+):
+    """Play --eval-episodes episodes with the checkpoint's agent (--eval-greedy: its most likely
+    action), print their returns, and exit."""
+    if int(os.environ.get("RANK", 0)) == 0:
+        load_for_evaluation(agent, envs, ckpt, args.eval_checkpoint)
+        torch.manual_seed(args.seed)  # sampled actions: the same seed plays the same episodes
+        obs, _ = envs.reset(seed=args.seed)
+        returns = []
+        while len(returns) < args.eval_episodes:
+            with torch.inference_mode():
+                x = torch.as_tensor(obs, device=device)
+                if args.eval_greedy:
+                    action = agent.actor(agent.network(x / 255.0)).argmax(1)
+                else:
+                    action, _, _, _ = agent.get_action_and_value(x)
+            envs.send(action.cpu().numpy())
+            obs, _, _, _, infos = envs.recv()
+            for _, episode_return, _ in ended_episodes(infos, global_step=0):
+                returns.append(episode_return)
+                print(f"eval episode {len(returns)}: return {episode_return:.2f}")
+        how = "greedy" if args.eval_greedy else "sampled"
+        mean, std = np.mean(returns), np.std(returns)
+        print(
+            f"eval: {len(returns)} episodes ({how}), return {mean:.2f} ± {std:.2f}"
+            + videos(args, envs)
+        )
+    envs.close()
+    raise SystemExit(0)
+
+
+# ==================================================================================================
+# RUN MANAGEMENT: checks, the checkpoint (save and restore side by side), logging, stop signals,
+# torchrun's averages, the optimizer and CUDA graphs. Identical in all four scripts
+# (tests/test_drift.py pins it), no part of the algorithm: a first reading can skip it.
+# ==================================================================================================
+
+CHECKPOINT_FORMAT = (
+    3  # raised whenever what a checkpoint holds changes; another format gets an error
+)
+# how a run runs and is recorded: what --resume and --eval-checkpoint may change
+MAY_CHANGE_ON_RESUME = (
+    "exp_name seed torch_deterministic cuda track wandb_project_name wandb_entity capture_video "
+    "save_model save_every run_dir resume eval_checkpoint eval_episodes eval_greedy env_groups"
+).split()
+
+
+def fail(message: str) -> NoReturn:
+    """Stop with a one-line error instead of a traceback; under torchrun every process stops, and
+    rank 0 says why."""
+    says = os.environ.get("RANK" if dist.is_initialized() else "LOCAL_RANK", "0") == "0"
+    if dist.is_initialized():
+        dist.destroy_process_group()  # now, not during interpreter shutdown
+    raise SystemExit(f"error: {message}" if says else 1)
+
+
+def check_args(args: Args):
+    positive = ["total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs"]
+    positive += ["eval_episodes", "learning_rate", "clip_coef", "max_grad_norm", "target_kl"]
+    for name in positive:
+        value = getattr(args, name)
+        if value is not None and not value > 0:
+            fail(f"--{name.replace('_', '-')} must be positive, got {value}")
+    for name in ("ent_coef", "vf_coef", "save_every"):
+        if not getattr(args, name) >= 0:
+            fail(f"--{name.replace('_', '-')} must be non-negative, got {getattr(args, name)}")
+    for name in ("gamma", "gae_lambda"):
+        if not 0 <= getattr(args, name) <= 1:
+            fail(f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(args, name)}")
+    if args.capture_video and importlib.util.find_spec("moviepy") is None:
+        missing = "--capture-video writes videos with moviepy, which does not import here"
+        fail(f"{missing}; pip install moviepy")
+    check_env(args)  # the env's kind, and what this script's domain adds to these checks
+    batch_size = args.num_envs * args.num_steps
+    processes = int(os.environ.get("WORLD_SIZE", 1))  # under torchrun, each steps a share
+    if batch_size % args.num_minibatches:
+        size = f"num_envs * num_steps = {batch_size}"
+        fail(f"{size} is not divisible by --num-minibatches {args.num_minibatches}")
+    if args.norm_adv and batch_size // args.num_minibatches < 2:
+        fix = "use fewer --num-minibatches or --no-norm-adv"
+        fail(f"a minibatch of 1 sample cannot normalize advantages; {fix}")
+    if args.eval_checkpoint is None and args.total_timesteps < batch_size:
+        total = args.total_timesteps
+        batch = f"one batch (num_envs * num_steps = {batch_size})"
+        fail(f"--total-timesteps {total} is less than {batch}")
+    if args.num_envs % processes or batch_size // processes % args.num_minibatches:
+        split = f"{processes} processes of whole minibatches"
+        fail(f"--num-envs {args.num_envs} does not split into {split}")
+    if args.cuda_graphs and (args.target_kl is not None or processes > 1):
+        cannot = "it cannot stop at --target-kl or average over processes"
+        fail(f"--cuda-graphs records the whole minibatch step: {cannot}")
+
+
+def start_up(args: Args) -> tuple:
+    """Checks, the checkpoint of --resume or --eval-checkpoint (its settings into args), torchrun's
+    process group: (rank, world_size, device, ckpt)."""
+    ckpt, error = None, None
+    try:
+        ckpt = from_checkpoint(args)
+        check_args(args)
+    except SystemExit as stop:
+        error = stop.code
+    rank = int(os.environ.get("RANK", 0))
+    world_size = int(os.environ.get("WORLD_SIZE", 1))
+    cuda = args.cuda and torch.cuda.is_available()
+    gpus = torch.cuda.device_count() if cuda else 0
+    if cuda and int(os.environ.get("LOCAL_WORLD_SIZE", 1)) > gpus:  # the group could not start
+        fail(
+            f"more processes than the {gpus} GPU(s) here; lower --nproc-per-node, or pass --no-cuda"
+        )
+    device = (
+        torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else torch.device("cpu")
+    )
+    if world_size > 1:
+        error = start_process_group(args, rank, world_size, cuda, error)
+    if error is not None:
+        fail(str(error).removeprefix("error: "))
+    if cuda:
+        torch.cuda.set_device(device)
+    elif args.cuda and rank == 0:
+        print("notice: CUDA is not available, running on CPU")
+    if args.run_dir is None:
+        env_name = args.env_id.replace("/", "_")
+        args.run_dir = f"runs/{env_name}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    return rank, world_size, device, ckpt
+
+
+def start_process_group(args: Args, rank: int, world_size: int, cuda: bool, error) -> Optional[str]:
+    """torchrun's process group; the first error of any process (or arguments that differ)."""
+    importlib.import_module("torch._dynamo")  # else torch.optim imports it later, holding the group
+    # torchrun --max-restarts keeps its store: this attempt's keys apart from the dead attempts'
+    attempt = f"restart{os.environ.get('TORCHELASTIC_RESTART_COUNT', 0)}"
+    store = dist.PrefixStore(attempt, next(dist.rendezvous("env://"))[0])
+    backend = "cpu:gloo,cuda:nccl" if cuda else "gloo"
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world_size)
+    everyone = [None] * world_size
+    dist.all_gather_object(everyone, (asdict(args), error))
+    first = everyone[0][0]
+    differ = [name for name, value in first.items() if any(a[name] != value for a, _ in everyone)]
+    reasons = [e for _, e in everyone if isinstance(e, str)]  # each machine's first process has one
+    if differ:
+        reasons.append(f"the processes were started with different arguments ({', '.join(differ)})")
+    return reasons[0] if reasons else error
+
+
+def from_checkpoint(args: Args) -> Optional[dict]:
+    """The checkpoint of --resume or --eval-checkpoint, or None; the run takes its settings where
+    no flag differs."""
+    model_path = f"{args.run_dir}/{args.exp_name}.pt"
+    if args.resume == "auto" and (args.run_dir is None or not args.save_model):
+        fix = "pass --run-dir DIR and --save-model"
+        fail(f"--resume auto continues the checkpoint in --run-dir: {fix}")
+    # --resume auto: a restart of the same command line, from its checkpoint where it wrote one
+    if args.resume == "auto":
+        args.resume = model_path if os.path.exists(model_path) else None
+    elif args.resume is None and args.eval_checkpoint is None and os.path.exists(model_path):
+        fix = "continue it with --resume auto, or pass another --run-dir"
+        fail(f"--run-dir {args.run_dir!r} holds {args.exp_name}.pt: {fix}")
+    path = args.eval_checkpoint or args.resume
+    if path is None:
+        return None
+    script = os.path.basename(__file__)
+    if not os.path.isfile(path):
+        fail(f"checkpoint {path!r} is not a file; pass the path of one that --save-model wrote")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as e:
+        error = type(e).__name__
+        fail(f"checkpoint {path!r} could not be read ({error}); it is corrupt or not a checkpoint")
+    if isinstance(ckpt, dict) and ckpt.get("script", script) != script:
+        fail(f"{path!r} was saved by {ckpt['script']}, not {script}; run it with {ckpt['script']}")
+    parts = {"format", "args", "agent", "optimizer", "global_step", "iteration", "ranks"}
+    whole = isinstance(ckpt, dict) and parts <= ckpt.keys()
+    if not whole or ckpt["format"] != CHECKPOINT_FORMAT:
+        fail(
+            f"{path!r} is not a whole checkpoint of this {script}; pass one its --save-model wrote"
+        )
+    processes = int(os.environ.get("WORLD_SIZE", 1))
+    if args.resume and len(ckpt["ranks"]) != processes:
+        saved_by = len(ckpt["ranks"])
+        fail(f"{path!r} was saved by {saved_by} process(es), not {processes}; start as many")
+    if args.eval_checkpoint:
+        run_dir = f"{ckpt['args']['run_dir']}-eval"  # its videos apart from training's
+    else:
+        run_dir = os.path.dirname(path) or "."
+    saved = {**ckpt["args"], "run_dir": run_dir}
+    given = tyro.cli(Args, default=Args(**saved))  # the command line again, over the saved settings
+    differ = [n for n in saved if n not in MAY_CHANGE_ON_RESUME and getattr(given, n) != saved[n]]
+    if args.resume and given.total_timesteps > saved["total_timesteps"]:
+        differ.remove("total_timesteps")  # trained further
+    if differ:
+        settings = ", ".join(f"{n}={saved[n]!r} (not {getattr(given, n)!r})" for n in differ)
+        fail(f"{path!r} keeps the settings it was trained with: {settings}; drop those flags")
+    vars(args).update(vars(given), resume=args.resume)
+    return ckpt
+
+
+def load_agent(agent: nn.Module, ckpt: dict, path: str):
+    """The checkpoint's parameters into `agent`, or a one-line error where they do not fit it."""
+    try:
+        agent.load_state_dict(ckpt["agent"])
+    except RuntimeError as e:  # missing, unexpected or reshaped parameters: the 2nd line names one
+        first = str(e).splitlines()[1].strip()
+        fail(f"{path!r} does not fit this Agent ({first}); an edited Agent, or another version's")
+
+
+def load_for_evaluation(agent: nn.Module, envs, ckpt: dict, path: str):
+    """The checkpoint's parameters into `agent`, and the state of the vector wrapper it was trained
+    in into `envs` (ppo_continuous_action.py: the normalization statistics)."""
+    load_agent(agent, ckpt, path)
+    vars(envs).update(ckpt["ranks"][0]["wrapper"])
+
+
+def videos(args: Args, envs) -> str:
+    """Where evaluation's videos are, as the end of its summary line ("" without --capture-video).
+    gymnasium's recorder is stopped first: no video of the episode begun after the last one."""
+    if not args.capture_video:
+        return ""
+    if hasattr(envs, "envs"):
+        envs.envs[0].set_wrapper_attr("recording", False)
+        envs.envs[0].set_wrapper_attr("recorded_frames", [])
+    return f"; videos in videos/{os.path.basename(args.run_dir)}/"
+
+
+def save_checkpoint(
+    args: Args, run, agent, optimizer, envs, global_step: int, iteration: int, carry
+):
+    """Write what continuing after `iteration` needs (carry: what the loop takes to the next
+    iteration), atomically."""
+    env_state, reason = pickled_envs(envs)
+    if env_state is None and run.saved is None and run.rank == 0:
+        print(f"notice: {reason}: a resume from this checkpoint starts new episodes")
+    rng = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+    }
+    rng["cuda"] = torch.cuda.get_rng_state() if carry[0].is_cuda else None
+    wrapper = {name: getattr(envs, name) for name in getattr(envs, "checkpointed", ())}
+    own = {
+        "envs": env_state,
+        "wrapper": wrapper,
+        "carry": walk(torch.Tensor.cpu, carry),
+        "rng": rng,
+    }
+    ranks = gather(own)
+    if run.rank > 0:
+        return
+    checkpoint = {"format": CHECKPOINT_FORMAT, "script": os.path.basename(__file__)}
+    checkpoint.update(args=asdict(args), ranks=ranks, agent=agent.state_dict())
+    checkpoint.update(
+        optimizer=optimizer.state_dict(), global_step=global_step, iteration=iteration
+    )
+    path = f"{args.run_dir}/{args.exp_name}.pt"
+    buffer = io.BytesIO()
+    torch.save(checkpoint, buffer)  # in memory first: a failed write below is the disk's
+    try:
+        with open(f"{path}.tmp", "wb") as f:
+            f.write(buffer.getbuffer())
+            f.flush()
+            os.fsync(f.fileno())  # on the disk before it replaces the last one
+        os.replace(f"{path}.tmp", path)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            os.remove(f"{path}.tmp")  # no partial file left to fill the disk
+        what = f"the checkpoint of iteration {iteration} could not be written ({e.strerror})"
+        raise OSError(e.errno, what, path) from None
+    run.saved = iteration
+
+
+def pickled_envs(envs) -> tuple:
+    """(the sub-envs mid-episode with their RNGs, pickled, or None; why not)."""
+    if not hasattr(envs, "envs"):
+        return None, "a C++ vector env holds its envs"
+    try:
+        return pickle.dumps(envs.envs), ""
+    except (pickle.PicklingError, TypeError, AttributeError) as e:  # "Can't pickle local object"
+        return None, f"the envs do not pickle ({e})"  # video recorders, local functions
+
+
+def restore(args: Args, ckpt: Optional[dict], rank: int, agent, optimizer, envs, carry: tuple):
+    """Continue where save_checkpoint left off: (global_step, first iteration, carry). A new run:
+    (0, 1, carry), every process from rank 0's parameters."""
+    if ckpt is None:
+        if dist.is_initialized():
+            for param in agent.parameters():
+                dist.broadcast(param.data, src=0)
+        return 0, 1, carry
+    own = ckpt["ranks"][rank]
+    load_agent(agent, ckpt, args.resume)
+    load_optimizer(optimizer, ckpt["optimizer"])
+    vars(envs).update(own["wrapper"])
+    if own["envs"] is not None:
+        envs.envs[:] = pickle.loads(own["envs"])
+        carry = walk(torch.Tensor.to, own["carry"], carry)  # each on its device
+    else:  # new episodes, from seeds this run has not played
+        obs, _ = envs.reset(seed=args.seed + ckpt["global_step"] + rank * envs.num_envs)
+        carry = (torch.as_tensor(obs).to(carry[0]), *carry[1:])
+        if rank == 0:
+            print("notice: the checkpoint holds no env state: new episodes start")
+    random.setstate(own["rng"]["python"])
+    np.random.set_state(own["rng"]["numpy"])
+    torch.set_rng_state(own["rng"]["torch"])
+    if carry[0].is_cuda and own["rng"]["cuda"] is not None:
+        torch.cuda.set_rng_state(own["rng"]["cuda"])
+    return ckpt["global_step"], ckpt["iteration"] + 1, carry
+
+
+def start_run(args: Args, rank: int, device: torch.device, ckpt: Optional[dict]) -> tuple:
+    """Rank 0 claims --run-dir (one run a directory, writable now), opens TensorBoard there and
+    prints the run's sizes; stop signals are caught. Returns (the writer or None, the run)."""
+    run = types.SimpleNamespace(rank=rank, lock=None, signals=[], saved=None, saved_at=time.time())
+    run.recent_returns = deque(maxlen=100)  # the progress line's mean return: the last 100 episodes
+    run.first_step = ckpt["global_step"] if ckpt else 0  # for the steps per second of this run
+    run.start_time = time.time()
+    try:
+        if rank == 0:
+            os.makedirs(args.run_dir, exist_ok=True)
+            # held until close_run or the end of the process
+            run.lock = open(f"{args.run_dir}/.lock", "a+")
+            if os.name == "posix":  # an fcntl lock dies with its process: a killed run leaves none
+                fcntl = importlib.import_module("fcntl")
+                fcntl.lockf(run.lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            print(os.getpid(), file=run.lock, flush=True)
+    except OSError as e:
+        if run.lock is not None and e.errno in (errno.EACCES, errno.EAGAIN):
+            fix = "let it finish (or stop it), or pass another --run-dir"
+            fail(f"--run-dir {args.run_dir!r} is in use by another run; {fix}")
+        fix = "pass one this user can write, on a disk with space"
+        fail(f"cannot write to --run-dir {args.run_dir!r} ({e.strerror}); {fix}")
+    signal.signal(signal.SIGTERM, functools.partial(stop_signal, run))
+    # nohup and `&` in a script ignore Ctrl-C: so does the run
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, functools.partial(stop_signal, run))
+    run.excepthook = threading.excepthook
+    if rank > 0:
+        return None, run
+    resumed = f", resumed from {args.resume} at iteration {ckpt['iteration']}" if ckpt else ""
+    print(f"run dir {args.run_dir}{resumed}")
+    sizes = f"batch {args.batch_size}, minibatch {args.minibatch_size}"
+    sizes += f", {args.num_iterations} iterations, {device}"
+    processes = int(os.environ.get("WORLD_SIZE", 1))
+    if processes > 1:
+        sizes += f", {processes} processes of {args.num_envs // processes} envs"
+    print(sizes)
+    if args.track:
+        wandb = importlib.import_module("wandb")
+        project, entity = args.wandb_project_name, args.wandb_entity
+        wandb.init(project=project, entity=entity, sync_tensorboard=True, config=vars(args))
+    # TensorBoard's writer thread dies on a full disk: the run's next write says it in one line
+    threading.excepthook = functools.partial(quiet_writer_thread, run.excepthook)
+    # a resumed run's log goes on in the same directory; TensorBoard hides what was logged after
+    # the checkpoint
+    writer = SummaryWriter(
+        args.run_dir, purge_step=None if ckpt is None else ckpt["global_step"] + 1
+    )
+    table = "\n".join(f"|{key}|{value}|" for key, value in vars(args).items())
+    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + table)
+    return writer, run
+
+
+def quiet_writer_thread(excepthook: Callable, hook):
+    """threading.excepthook while a run runs: silent for TensorBoard's threads."""
+    if not type(hook.thread).__module__.startswith("tensorboard."):
+        excepthook(hook)
+
+
+def stop_signal(run, signum, frame):
+    """SIGTERM or Ctrl-C stops the run after this iteration; a second Ctrl-C stops it now, a second
+    SIGTERM kills it."""
+    if signum == signal.SIGINT and run.signals:
+        raise KeyboardInterrupt
+    run.signals.append(signum)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def gather(obj) -> Optional[list]:
+    """Every process's obj in rank order, on rank 0 (None on the others); [obj] in a plain run."""
+    if not dist.is_initialized():
+        return [obj]
+    objs = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
+    dist.gather_object(obj, objs)
+    return objs
+
+
+def ended_episodes(infos: dict, global_step: int) -> list:
+    """(global_step, return, length) of each episode that ended in this step (SAME_STEP mode)."""
+    if "final_info" not in infos or "episode" not in infos["final_info"]:
+        return []
+    episodes = infos["final_info"]["episode"]
+    ended = np.flatnonzero(infos["final_info"]["_episode"])
+    return [(global_step, float(episodes["r"][i]), int(episodes["l"][i])) for i in ended]
+
+
+def log_episodes(writer: Optional[SummaryWriter], finished: list) -> list:
+    """Every process's `finished` episodes to TensorBoard (charts/episodic_return and _length, on
+    rank 0), in the order they ended; returns their returns."""
+    everywhere = gather(finished.copy())
+    finished.clear()
+    if writer is None:
+        return []
+    episodes = sorted(sum(everywhere, []), key=lambda episode: episode[0])
+    for episode_step, episode_return, episode_length in episodes:
+        writer.add_scalar("charts/episodic_return", episode_return, episode_step)
+        writer.add_scalar("charts/episodic_length", episode_length, episode_step)
+    return [episode_return for _, episode_return, _ in episodes]
+
+
+def means(totals: dict, count: int) -> dict:
+    """Each total / count, averaged over torchrun's processes: {name: float}."""
+    if count == 0:
+        return {}
+    names = list(totals)
+    values = all_mean(torch.stack([totals[name] for name in names]) / count)
+    return dict(zip(names, values.tolist(), strict=True))
+
+
+def log_iteration(
+    args: Args, run, writer, optimizer, stats: dict, finished: list, global_step, iteration
+):
+    """Every process's episodes, then (rank 0) the iteration's charts/ and losses/ to TensorBoard,
+    and its progress line."""
+    run.recent_returns.extend(log_episodes(writer, finished))
+    if writer is None:
+        return
+    sps = int((global_step - run.first_step) / (time.time() - run.start_time))
+    writer.add_scalar("charts/learning_rate", float(optimizer.param_groups[0]["lr"]), global_step)
+    losses = ["value_loss", "policy_loss", "entropy", "old_approx_kl", "approx_kl", "clipfrac"]
+    for name in [*losses, "explained_variance"]:
+        if name in stats:  # none where --target-kl skipped the whole update
+            writer.add_scalar(f"losses/{name}", stats[name], global_step)
+    writer.add_scalar("charts/SPS", sps, global_step)
+    print(progress(args, iteration, global_step, sps, run.recent_returns))
+
+
+def progress(args: Args, iteration: int, global_step: int, sps: int, recent_returns: deque) -> str:
+    """The progress line of an iteration: steps, speed, the mean return of the last 100 episodes."""
+    recent = "n/a"
+    if recent_returns:
+        recent = f"{np.mean(recent_returns):.2f} ({len(recent_returns)} episodes)"
+    eta = (args.num_iterations - iteration) * args.batch_size / max(sps, 1) / 60  # minutes
+    where = f"iter {iteration}/{args.num_iterations} step {global_step}"
+    return f"{where} SPS {sps} return {recent} ETA {eta:.1f} min"
+
+
+def diverged(args: Args, run, stats: dict, iteration: int) -> str:
+    """The error of a run whose loss is no longer finite."""
+    loss, grad_norm = stats["loss"], stats["grad_norm"]
+    error = f"the loss became {loss} (gradient norm {grad_norm}) at iteration {iteration}"
+    if run.saved is None:
+        return error
+    return f"{error}; {args.run_dir}/{args.exp_name}.pt keeps iteration {run.saved}"
+
+
+def end_of_iteration(
+    args: Args, run, agent, optimizer, envs, global_step: int, iteration: int, carry
+) -> bool:
+    """With --save-model, save every --save-every minutes, at the end, and where a signal stops the
+    run; True if a signal stops it."""
+    signum = run.signals[0] if run.signals else 0
+    save_due = time.time() - run.saved_at >= 60 * args.save_every
+    if dist.is_initialized():  # every process stops and saves where any one does
+        due = torch.tensor([signum, save_due])
+        dist.all_reduce(due, op=dist.ReduceOp.MAX)  # a CPU tensor: gloo, no device sync
+        signum, save_due = int(due[0]), bool(due[1])
+    last = iteration == args.num_iterations
+    saved = f", saved to {args.run_dir}/{args.exp_name}.pt" if args.save_model else ""
+    if args.save_model and (signum or save_due or last):
+        save_checkpoint(args, run, agent, optimizer, envs, global_step, iteration, carry)
+        run.saved_at = time.time()
+    if run.rank == 0 and (signum or last):
+        end = f"stopped by {signal.Signals(signum).name}" if signum else "finished"
+        print(f"{end} after iteration {iteration}{saved}")
+    return signum != 0
+
+
+def stop_reason(args: Args, run, exception: BaseException) -> Optional[str]:
+    """The error that a failed write (OSError) ends the run with; a second Ctrl-C
+    (KeyboardInterrupt) ends it without one, by its signal, the iteration in progress lost."""
+    path = f"{args.run_dir}/{args.exp_name}.pt"
+    if isinstance(exception, KeyboardInterrupt):
+        if run.rank == 0:
+            kept = f"; the checkpoint keeps iteration {run.saved}" if run.saved else ""
+            print(f"interrupted mid-iteration{kept}")
+        return None
+    then = f"--resume {path} continues after iteration {run.saved}" if run.saved else "run again"
+    where = exception.filename or args.run_dir
+    return f"{where!r}: {exception.strerror}; free space there, or make it writable; then {then}"
+
+
+def close_run(
+    args: Args, run, writer: Optional[SummaryWriter], envs, finished: list, error: Optional[str]
+):
+    """Close everything; exit 0 only for a finished run, else with the error, or 128 + the stop
+    signal (SIGTERM 143, Ctrl-C 130)."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    envs.close()
+    try:
+        log_episodes(writer, finished)
+        if writer is not None:
+            writer.close()
+    except OSError as e:  # the log of a full or read-only disk: as far as it got
+        error = error or stop_reason(args, run, e)
+    threading.excepthook = run.excepthook
+    if writer is not None and args.track:
+        importlib.import_module("wandb").finish()
+    if run.lock is not None:
+        run.lock.close()
+    if dist.is_initialized():
+        dist.barrier()  # none exits before rank 0 has saved and closed (torchrun stops the rest)
+    if error is not None:
+        fail(error)
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    if run.signals:
+        raise SystemExit(128 + run.signals[0])
 
 
 def all_mean(x: torch.Tensor) -> torch.Tensor:
@@ -474,44 +1070,49 @@ def all_mean(x: torch.Tensor) -> torch.Tensor:
 
 
 def whole_mean_std(x: torch.Tensor) -> tuple:
-    """Mean and standard deviation of x pooled over every process's equal share (x.mean(), x.std() in a plain run)."""
+    """Mean and standard deviation of x pooled over every process's equal share of it (x.mean()
+    and x.std() in a plain run)."""
     if not dist.is_initialized():
         return x.mean(), x.std()
     mean = all_mean(x.mean())
     count = x.numel() * dist.get_world_size()
-    return mean, (all_mean(((x - mean) ** 2).sum()) * dist.get_world_size() / (count - 1)).sqrt()
+    sum_of_squares = all_mean(((x - mean) ** 2).sum()) * dist.get_world_size()
+    return mean, (sum_of_squares / (count - 1)).sqrt()
 
 
 def average_gradients(agent: nn.Module):
-    """Every gradient averaged over the processes, in one collective, so that they all take the same step."""
+    """Every gradient averaged over torchrun's processes, in one collective, so that they all take
+    the same step (nothing in a plain run)."""
     if dist.is_initialized():
         grads = [p.grad for p in agent.parameters()]
-        means = all_mean(torch.cat([g.flatten() for g in grads])).split([g.numel() for g in grads])
+        flat = torch.cat([g.flatten() for g in grads])
+        means = all_mean(flat).split([g.numel() for g in grads])
         for grad, mean in zip(grads, means, strict=True):
             grad.copy_(mean.view_as(grad))
 
 
-def make_update(args: Args, agent: nn.Module, device: torch.device) -> tuple:
-    """(Adam, the rollout's policy forward, the minibatch step), every process from rank 0's parameters. With --cuda-graphs
-    on CUDA the forward and the step replay CUDA graphs, and Adam is fused and capturable, reading a learning-rate tensor."""
-    if dist.is_initialized():
-        for param in agent.parameters():
-            dist.broadcast(param.data, src=0)
+def make_optimizer(args: Args, agent: nn.Module, device: torch.device) -> optim.Optimizer:
+    """Adam (eps 1e-5, as baselines' ppo2). With --cuda-graphs on CUDA, fused and capturable, so
+    that a recorded step can replay it, reading its learning rate from a tensor."""
     graphs = args.cuda_graphs and device.type == "cuda"
     if args.cuda_graphs and not graphs:
-        print("notice: --cuda-graphs needs CUDA; on the CPU the policy and the update run as they are")
-    if device.type == "cuda" and not graphs and args.target_kl is None and not dist.is_initialized():
-        print("notice: eager CUDA ran 1.7-4.0x slower than --cuda-graphs on an H200, and slower than --no-cuda outside Atari")
+        print("notice: --cuda-graphs needs CUDA; on the CPU the policy and the update run eagerly")
+    could_graph = args.target_kl is None and not dist.is_initialized()
+    if device.type == "cuda" and not graphs and could_graph:
+        print("notice: eager CUDA ran 1.7-4.0x slower than --cuda-graphs on an H200")
     if not graphs:
-        optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, foreach=True)
-        return optimizer, agent.get_action_and_value, update_minibatch
+        return optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, foreach=True)
     lr = torch.tensor(args.learning_rate, device=device)
-    optimizer = optim.Adam(agent.parameters(), lr=lr, eps=1e-5, fused=True, capturable=True)
-    return optimizer, CudaGraph(agent.get_action_and_value), CudaGraph(update_minibatch)
+    return optim.Adam(agent.parameters(), lr=lr, eps=1e-5, fused=True, capturable=True)
+
+
+def cuda_graph(args: Args, device: torch.device, fn: Callable) -> Callable:
+    """fn recorded once in a CUDA graph and replayed, with --cuda-graphs on CUDA; else fn itself."""
+    return CudaGraph(fn) if args.cuda_graphs and device.type == "cuda" else fn
 
 
 def set_learning_rate(optimizer: optim.Optimizer, lr: float):
-    """The learning rate of the next steps: in place where a recorded step reads it from a tensor (--cuda-graphs)."""
+    """The learning rate of the next steps: in place where a recorded step reads a tensor."""
     if isinstance(optimizer.param_groups[0]["lr"], torch.Tensor):
         optimizer.param_groups[0]["lr"].fill_(lr)
     else:
@@ -519,26 +1120,31 @@ def set_learning_rate(optimizer: optim.Optimizer, lr: float):
 
 
 def load_optimizer(optimizer: optim.Optimizer, saved: dict):
-    """A saved Adam state into `optimizer`, which keeps its own options and learning rate's place (a float or a tensor)."""
-    mine = {name: optimizer.param_groups[0][name] for name in ("foreach", "fused", "capturable", "lr")}
-    optimizer.load_state_dict({**saved, "param_groups": [{**group, **mine} for group in saved["param_groups"]]})
-    optimizer.param_groups[0]["lr"] = mine["lr"]  # the very tensor a recorded step reads: load_state_dict copied it
+    """A saved Adam state into `optimizer`, which keeps its own options and the place of its
+    learning rate (a float, or the tensor a recorded step reads)."""
+    mine = {
+        name: optimizer.param_groups[0][name] for name in ("foreach", "fused", "capturable", "lr")
+    }
+    groups = [{**group, **mine} for group in saved["param_groups"]]
+    optimizer.load_state_dict({**saved, "param_groups": groups})
+    optimizer.param_groups[0]["lr"] = mine["lr"]  # the very tensor: load_state_dict copied it
     set_learning_rate(optimizer, float(saved["param_groups"][0]["lr"]))
 
 
 def walk(fn: Callable, item, *like):
-    """fn(tensor, *its counterparts in `like`) for each tensor in item, in tuples nested to any depth (a recurrent state),
-    returned in a tuple of the same shape (anything else as it is)."""
+    """fn(tensor, *its counterparts in `like`) for each tensor in item, through tuples nested to any
+    depth (ppo_rnn.py's state), in a tuple of the same shape; anything else as it is."""
     if isinstance(item, tuple):
         return tuple(walk(fn, *parts) for parts in zip(item, *like, strict=True))
     return fn(item, *like) if isinstance(item, torch.Tensor) else item
 
 
 class CudaGraph:
-    """fn(*args) recorded once in a CUDA graph and replayed: one launch instead of one per kernel. The first `warmup` calls
-    run as they are, on a side stream; the next records fn on copies of its tensor arguments, into which each later call
-    copies its own before the replay. The outputs are the recorded ones, overwritten by the next call. fn must do the
-    same work on every call: no branch on a tensor's value."""
+    """fn(*args) recorded once in a CUDA graph and replayed: one launch instead of one per kernel.
+    The first `warmup` calls run eagerly on a side stream; the next records fn on copies of its
+    tensor arguments, into which each later call copies its own before the replay. The outputs are
+    the recorded tensors, overwritten by the next call: use them before it. fn must do the same
+    work on every call, with no branch on a tensor's value."""
 
     def __init__(self, fn: Callable, warmup: int = 3):
         self.fn = fn
@@ -564,389 +1170,65 @@ class CudaGraph:
         return self.outputs
 
 
-def evaluate(args: Args, agent: Agent, envs: gym.vector.VectorEnv, ckpt: dict, device: torch.device):
-    """Play --eval-episodes episodes with the checkpoint's agent (on rank 0), its most likely action (--eval-greedy) or a
-    sampled one, in envs made as in its training; print their returns, and exit."""
-    if int(os.environ.get("RANK", 0)) == 0:
-        load_agent(agent, ckpt, args.eval_checkpoint)
-        vars(envs).update(ckpt["ranks"][0]["wrapper"])  # a vector wrapper's state as trained (continuous: its statistics)
-        greedy = args.eval_greedy
-        torch.manual_seed(args.seed)  # sampled actions: the same seed plays the same episodes
-        obs, _ = envs.reset(seed=args.seed)
-        returns = []
-        while len(returns) < args.eval_episodes:
-            with torch.inference_mode():
-                x = torch.as_tensor(obs, device=device)
-                action = agent.actor(agent.network(x / 255)).argmax(1) if greedy else agent.get_action_and_value(x)[0]
-            envs.send(action.cpu().numpy())
-            obs, _, _, _, infos = envs.recv()
-            for _, episode_return, _ in ended_episodes(infos, 0):
-                returns.append(episode_return)
-                print(f"eval episode {len(returns)}: return {episode_return:.2f}")
-        if args.capture_video and hasattr(envs, "envs"):  # gymnasium's recorder: no video of the episode begun after the last
-            envs.envs[0].set_wrapper_attr("recording", False)
-            envs.envs[0].set_wrapper_attr("recorded_frames", [])
-        how = "greedy" if greedy else "sampled"
-        videos = f"; videos in videos/{os.path.basename(args.run_dir)}/" if args.capture_video else ""
-        print(f"eval: {len(returns)} episodes ({how}), return {np.mean(returns):.2f} ± {np.std(returns):.2f}{videos}")
-    envs.close()
-    raise SystemExit(0)
-
-
-# ==================================================================================================================
-# RUN MANAGEMENT: checks, torchrun's start, the checkpoint (save and restore side by side), logging and stop signals.
-# Identical in all four scripts (tests/test_drift.py pins it), no part of the algorithm: a first reading can skip it.
-# ==================================================================================================================
-
-CHECKPOINT_FORMAT = 3  # raised whenever what a checkpoint holds changes; another format gets a one-line error
-MAY_CHANGE_ON_RESUME = (  # how a run runs and is recorded: what --resume and --eval-checkpoint may change
-    "exp_name seed torch_deterministic cuda track wandb_project_name wandb_entity capture_video save_model save_every "
-    "run_dir resume eval_checkpoint eval_episodes eval_greedy env_groups"
-).split()
-RUN = {"lock": None, "signals": [], "saved_at": time.time(), "saved": None}  # this run's dir lock, stop signals, last save
-
-
-def fail(message: str):
-    """Stop with a one-line error instead of a traceback; under torchrun every process stops, and rank 0 says why."""
-    says = os.environ.get("RANK" if dist.is_initialized() else "LOCAL_RANK", "0") == "0"
-    if dist.is_initialized():
-        dist.destroy_process_group()  # now, not during interpreter shutdown
-    raise SystemExit(f"error: {message}" if says else 1)
-
-
-def check_args(args: Args):
-    positive = ("total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs", "eval_episodes")
-    for name in (*positive, "learning_rate", "clip_coef", "max_grad_norm", "target_kl"):
-        if getattr(args, name) is not None and not getattr(args, name) > 0:
-            fail(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
-    for name in ("ent_coef", "vf_coef", "save_every"):
-        if not getattr(args, name) >= 0:
-            fail(f"--{name.replace('_', '-')} must be non-negative, got {getattr(args, name)}")
-    for name in ("gamma", "gae_lambda"):
-        if not 0 <= getattr(args, name) <= 1:
-            fail(f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(args, name)}")
-    if args.capture_video and importlib.util.find_spec("moviepy") is None:  # gymnasium's RecordVideo writes with it
-        fail("--capture-video writes videos with moviepy, which does not import here; pip install moviepy")
-    check_env(args)  # the env's kind, and what this script's domain adds to these checks
-    batch_size = args.num_envs * args.num_steps
-    processes = int(os.environ.get("WORLD_SIZE", 1))  # under torchrun, each steps an equal share of the envs
-    if batch_size % args.num_minibatches:
-        fail(f"num_envs * num_steps = {batch_size} is not divisible by --num-minibatches {args.num_minibatches}")
-    if args.norm_adv and batch_size // args.num_minibatches < 2:
-        fail("a minibatch of 1 sample cannot normalize advantages; use fewer --num-minibatches or --no-norm-adv")
-    if args.eval_checkpoint is None and args.total_timesteps < batch_size:
-        fail(f"--total-timesteps {args.total_timesteps} is less than one batch (num_envs * num_steps = {batch_size})")
-    if args.num_envs % processes or batch_size // processes % args.num_minibatches:
-        fail(f"--num-envs {args.num_envs} does not split into {processes} processes of whole minibatches")
-    if args.cuda_graphs and (args.target_kl is not None or processes > 1):
-        fail("--cuda-graphs records the whole minibatch step: it cannot stop at --target-kl or average over processes")
-
-
-def start_up(args: Args) -> tuple:
-    """Checks, --resume's or --eval-checkpoint's checkpoint, torchrun's process group: (rank, world_size, device, ckpt)."""
-    ckpt, error = None, None
-    try:
-        ckpt = from_checkpoint(args)
-        check_args(args)
-    except SystemExit as stop:
-        error = stop.code
-    rank = int(os.environ.get("RANK", 0))
-    world_size = int(os.environ.get("WORLD_SIZE", 1))
-    cuda = args.cuda and torch.cuda.is_available()
-    if cuda and int(os.environ.get("LOCAL_WORLD_SIZE", 1)) > torch.cuda.device_count():  # before the group: it could not start
-        fail(f"more processes than the {torch.cuda.device_count()} GPU(s) here; lower --nproc-per-node, or pass --no-cuda")
-    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else torch.device("cpu")
-    if world_size > 1:
-        importlib.import_module("torch._dynamo")  # else torch.optim's lazy import of it holds the group past its end
-        attempt = f"restart{os.environ.get('TORCHELASTIC_RESTART_COUNT', 0)}"  # torchrun --max-restarts keeps its store:
-        store = dist.PrefixStore(attempt, next(dist.rendezvous("env://"))[0])  # keys apart from the dead attempts' keys
-        dist.init_process_group("cpu:gloo,cuda:nccl" if cuda else "gloo", store=store, rank=rank, world_size=world_size)
-        everyone = [None] * world_size
-        dist.all_gather_object(everyone, (asdict(args), error))
-        differ = [name for name, value in everyone[0][0].items() if any(other[name] != value for other, _ in everyone)]
-        reasons = [e for _, e in everyone if isinstance(e, str)]  # the first process of each machine has its reason
-        reasons += [f"error: the processes were started with different arguments ({', '.join(differ)})"] if differ else []
-        error = reasons[0] if reasons else error
-    if error is not None:
-        fail(str(error).removeprefix("error: "))
-    if cuda:
-        torch.cuda.set_device(device)
-    elif args.cuda and rank == 0:
-        print("notice: CUDA is not available, running on CPU")
-    args.run_dir = args.run_dir or f"runs/{args.env_id.replace('/', '_')}__{args.exp_name}__{args.seed}__{int(time.time())}"
-    return rank, world_size, device, ckpt
-
-
-def from_checkpoint(args: Args) -> Optional[dict]:
-    """The checkpoint of --resume or --eval-checkpoint, or None; the run takes its settings where no flag differs."""
-    model_path = f"{args.run_dir}/{args.exp_name}.pt"
-    if args.resume == "auto" and (args.run_dir is None or not args.save_model):
-        fail("--resume auto continues the checkpoint in --run-dir: pass --run-dir DIR and --save-model")
-    if args.resume == "auto":  # a restart of the same command line: its checkpoint, where it wrote one
-        args.resume = model_path if os.path.exists(model_path) else None
-    elif args.resume is None and args.eval_checkpoint is None and os.path.exists(model_path):
-        fail(f"--run-dir {args.run_dir!r} holds {args.exp_name}.pt: continue it with --resume auto, or pass another --run-dir")
-    path = args.eval_checkpoint or args.resume
-    if path is None:
-        return None
-    script = os.path.basename(__file__)
-    if not os.path.isfile(path):
-        fail(f"checkpoint {path!r} is not a file; pass the path of one that --save-model wrote")
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as e:
-        fail(f"checkpoint {path!r} could not be read ({type(e).__name__}); it is corrupt or not a checkpoint")
-    if isinstance(ckpt, dict) and ckpt.get("script", script) != script:
-        fail(f"{path!r} was saved by {ckpt['script']}, not {script}; run it with {ckpt['script']}")
-    parts = {"format", "args", "agent", "optimizer", "global_step", "iteration", "ranks"}
-    if not isinstance(ckpt, dict) or not parts <= ckpt.keys() or ckpt["format"] != CHECKPOINT_FORMAT:
-        fail(f"{path!r} is not a whole checkpoint of this {script}; pass one its --save-model wrote")
-    if args.resume and len(ckpt["ranks"]) != int(os.environ.get("WORLD_SIZE", 1)):
-        fail(f"{path!r} was saved by {len(ckpt['ranks'])} process(es), not {os.environ.get('WORLD_SIZE', 1)}; start as many")
-    run_dir = f"{ckpt['args']['run_dir']}-eval" if args.eval_checkpoint else os.path.dirname(path) or "."  # eval: videos apart
-    saved = {**ckpt["args"], "run_dir": run_dir}
-    given = tyro.cli(Args, default=Args(**saved))  # the command line again, over the checkpoint's settings
-    differ = [name for name in saved if name not in MAY_CHANGE_ON_RESUME and getattr(given, name) != saved[name]]
-    if args.resume and given.total_timesteps > saved["total_timesteps"]:
-        differ.remove("total_timesteps")  # trained further
-    if differ:
-        settings = ", ".join(f"{name}={saved[name]!r} (not {getattr(given, name)!r})" for name in differ)
-        fail(f"{path!r} keeps the settings it was trained with: {settings}; drop those flags")
-    vars(args).update(vars(given), resume=args.resume)
-    return ckpt
-
-
-def load_agent(agent: nn.Module, ckpt: dict, path: str):
-    """The checkpoint's parameters into `agent`, or a one-line error where they do not fit it."""
-    try:
-        agent.load_state_dict(ckpt["agent"])
-    except RuntimeError as e:  # missing, unexpected or reshaped parameters: torch's second line names the first of them
-        fail(f"{path!r} does not fit this Agent ({str(e).splitlines()[1].strip()}); an edited Agent, or another version's")
-
-
-def save_checkpoint(args: Args, rank: int, agent, optimizer, envs, global_step: int, iteration: int, carry: tuple):
-    """Write what continuing after `iteration` needs (carry: what the loop takes to the next one), atomically."""
-    try:
-        env_state = pickle.dumps(envs.envs) if hasattr(envs, "envs") else None  # the sub-envs mid-episode, with their RNGs
-    except (pickle.PicklingError, TypeError, AttributeError):  # AttributeError: "Can't pickle local object"
-        env_state = None  # video recorders do not pickle (ale-py's vector env has no sub-envs): resume starts new episodes
-    rng = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-    rng["cuda"] = torch.cuda.get_rng_state() if carry[0].is_cuda else None
-    wrapper = {name: getattr(envs, name) for name in getattr(envs, "checkpointed", ())}  # a vector wrapper's own state
-    ranks = gather({"envs": env_state, "wrapper": wrapper, "carry": walk(torch.Tensor.cpu, carry), "rng": rng})
-    if rank > 0:
-        return
-    checkpoint = {"format": CHECKPOINT_FORMAT, "script": os.path.basename(__file__), "args": asdict(args), "ranks": ranks}
-    checkpoint.update(agent=agent.state_dict(), optimizer=optimizer.state_dict(), global_step=global_step, iteration=iteration)
-    path = f"{args.run_dir}/{args.exp_name}.pt"
-    buffer = io.BytesIO()
-    torch.save(checkpoint, buffer)  # in memory first: a failed write below is the disk's
-    try:
-        with open(f"{path}.tmp", "wb") as f:
-            f.write(buffer.getbuffer())
-            f.flush()
-            os.fsync(f.fileno())  # on the disk before it replaces the last one
-        os.replace(f"{path}.tmp", path)
-    except OSError as e:
-        with contextlib.suppress(OSError):
-            os.remove(f"{path}.tmp")  # no partial file left to fill the disk
-        raise OSError(e.errno, f"the checkpoint of iteration {iteration} could not be written ({e.strerror})", path) from None
-    RUN["saved"] = iteration
-
-
-def restore(args: Args, ckpt: Optional[dict], rank: int, agent, optimizer, envs, carry: tuple) -> tuple:
-    """Continue where save_checkpoint left off: (global_step, first iteration, carry); (0, 1, carry) for a new run."""
-    if ckpt is None:
-        return 0, 1, carry
-    own = ckpt["ranks"][rank]
-    load_agent(agent, ckpt, args.resume)
-    load_optimizer(optimizer, ckpt["optimizer"])
-    vars(envs).update(own["wrapper"])
-    if own["envs"] is not None:
-        envs.envs[:] = pickle.loads(own["envs"])
-        carry = walk(torch.Tensor.to, own["carry"], carry)  # each on its device
-    else:  # new episodes, seen through the checkpoint's normalization statistics, from seeds this run has not played
-        obs, _ = envs.reset(seed=args.seed + ckpt["global_step"] + rank * envs.num_envs)
-        carry = (torch.as_tensor(obs).to(carry[0]), *carry[1:])
-        if rank == 0:
-            print("notice: the checkpoint holds no env state (video recorders, C++ vector envs): new episodes start")
-    random.setstate(own["rng"]["python"])
-    np.random.set_state(own["rng"]["numpy"])
-    torch.set_rng_state(own["rng"]["torch"])
-    if carry[0].is_cuda and own["rng"]["cuda"] is not None:
-        torch.cuda.set_rng_state(own["rng"]["cuda"])
-    return ckpt["global_step"], ckpt["iteration"] + 1, carry
-
-
-def start_run(args: Args, rank: int, ckpt: Optional[dict]) -> Optional[SummaryWriter]:
-    """Rank 0 claims --run-dir (one run a directory, writable now) and opens TensorBoard there; stop signals are caught."""
-    try:
-        if rank == 0:
-            os.makedirs(args.run_dir, exist_ok=True)
-            RUN["lock"] = open(f"{args.run_dir}/.lock", "a+")  # held until close_run or the end of the process
-            if os.name == "posix":  # an fcntl lock dies with its process: a killed run leaves nothing locked
-                fcntl = importlib.import_module("fcntl")
-                fcntl.lockf(RUN["lock"], fcntl.LOCK_EX | fcntl.LOCK_NB)
-            print(os.getpid(), file=RUN["lock"], flush=True)
-    except OSError as e:
-        if RUN["lock"] is not None and e.errno in (errno.EACCES, errno.EAGAIN):
-            fail(f"--run-dir {args.run_dir!r} is in use by another run; let it finish (or stop it), or pass another --run-dir")
-        fail(f"cannot write to --run-dir {args.run_dir!r} ({e.strerror}); pass one this user can write, on a disk with space")
-    signal.signal(signal.SIGTERM, stop_signal)
-    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # nohup and `&` in a script ignore Ctrl-C: so does the run
-        signal.signal(signal.SIGINT, stop_signal)
-    if rank > 0:
-        return None
-    print(f"run dir {args.run_dir}" + (f", resumed from {args.resume} at iteration {ckpt['iteration']}" if ckpt else ""))
-    if args.track:
-        wandb = importlib.import_module("wandb")
-        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True, config=vars(args))
-    threading.excepthook = quiet_writer_thread  # TensorBoard's thread fails on a full disk: the next write says it in one line
-    # a resumed run's log goes on in the same directory, TensorBoard hiding what a dead run logged after the checkpoint
-    writer = SummaryWriter(args.run_dir, purge_step=None if ckpt is None else ckpt["global_step"] + 1)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
-    return writer
-
-
-def quiet_writer_thread(hook):
-    """threading.excepthook, silent for TensorBoard's writer thread, whose failure the next write raises in the run."""
-    if type(hook.thread).__name__ != "_AsyncWriterThread":
-        threading.__excepthook__(hook)
-
-
-def stop_signal(signum, frame):
-    """SIGTERM or Ctrl-C stops the run after this iteration; a second Ctrl-C stops it now, a second SIGTERM kills it."""
-    if signum == signal.SIGINT and RUN["signals"]:
-        raise KeyboardInterrupt
-    RUN["signals"].append(signum)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
-def gather(obj) -> Optional[list]:
-    """Every process's obj in rank order, on rank 0 (None on the others); [obj] in a plain run."""
-    if not dist.is_initialized():
-        return [obj]
-    objs = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
-    dist.gather_object(obj, objs)
-    return objs
-
-
-def log_episodes(writer: Optional[SummaryWriter], finished: list) -> list:
-    """Every process's `finished` episodes to TensorBoard (rank 0), in the order they ended; returns their returns."""
-    everywhere = gather(finished.copy())
-    finished.clear()
-    episodes = sorted(sum(everywhere, []), key=lambda episode: episode[0]) if writer is not None else []
-    for episode_step, episode_return, episode_length in episodes:
-        writer.add_scalar("charts/episodic_return", episode_return, episode_step)
-        writer.add_scalar("charts/episodic_length", episode_length, episode_step)
-    return [episode_return for _, episode_return, _ in episodes]
-
-
-def end_of_iteration(args: Args, rank: int, agent, optimizer, envs, global_step: int, iteration: int, carry: tuple) -> bool:
-    """With --save-model, save every --save-every minutes, at the end, and where a signal stops the run; True if one does."""
-    due = torch.tensor([RUN["signals"][0] if RUN["signals"] else 0, time.time() - RUN["saved_at"] >= 60 * args.save_every])
-    if dist.is_initialized():
-        dist.all_reduce(due, op=dist.ReduceOp.MAX)  # a CPU tensor: gloo, no device sync
-    saved = f", saved to {args.run_dir}/{args.exp_name}.pt" if args.save_model else ""
-    if saved and (due.any() or iteration == args.num_iterations):
-        save_checkpoint(args, rank, agent, optimizer, envs, global_step, iteration, carry)
-        RUN["saved_at"] = time.time()
-    if rank == 0 and (due[0] or iteration == args.num_iterations):
-        end = f"stopped by {signal.Signals(int(due[0])).name}" if due[0] else "finished"
-        print(f"{end} after iteration {iteration}{saved}")
-    return bool(due[0])
-
-
-def close_run(args: Args, rank: int, writer: Optional[SummaryWriter], envs, finished: list, error):
-    """Close everything; exit 0 only for a finished run, else 128 + the stop signal (SIGTERM 143, Ctrl-C 130), or the error."""
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-    envs.close()
-    try:
-        log_episodes(writer, finished)
-        if writer is not None:
-            writer.close()
-    except OSError as e:  # the log of a full or read-only disk: as far as it got
-        error = error or e
-    if isinstance(error, KeyboardInterrupt):  # a second Ctrl-C: the iteration in progress is lost
-        error = None
-        if rank == 0:
-            print("interrupted mid-iteration" + (f"; the checkpoint keeps iteration {RUN['saved']}" if RUN["saved"] else ""))
-    if isinstance(error, str) and RUN["saved"] is not None:  # a NaN: what the checkpoint on disk holds
-        error += f"; {args.run_dir}/{args.exp_name}.pt keeps iteration {RUN['saved']}"
-    if isinstance(error, OSError):  # the one place that explains a failed write: a full or read-only disk, no permission
-        path = f"{args.run_dir}/{args.exp_name}.pt"
-        then = f"--resume {path} continues after iteration {RUN['saved']}" if RUN["saved"] else "run again"
-        error = f"{error.filename or args.run_dir!r}: {error.strerror}; free space there, or make it writable; then {then}"
-    if writer is not None and args.track:
-        importlib.import_module("wandb").finish()
-    if RUN["lock"] is not None:
-        RUN["lock"].close()
-    if dist.is_initialized():
-        dist.barrier()  # none exits before rank 0 has saved and closed: torchrun stops the others when one exits with an error
-    if error is not None:
-        fail(error)
-    if dist.is_initialized():
-        dist.destroy_process_group()
-    if RUN["signals"]:
-        raise SystemExit(128 + RUN["signals"][0])
-
-
 if __name__ == "__main__":
     # ARGUMENTS AND START-UP
     args = tyro.cli(Args)
-    rank, world_size, device, ckpt = start_up(args)  # checks, torchrun; --resume, --eval-checkpoint: the checkpoint's settings
+    # checks; torchrun's processes; --resume and --eval-checkpoint: the checkpoint's settings
+    rank, world_size, device, ckpt = start_up(args)
     args.batch_size = args.num_envs * args.num_steps
     args.minibatch_size = args.batch_size // args.num_minibatches
     args.num_iterations = args.total_timesteps // args.batch_size
-    num_envs = args.num_envs // world_size  # this process's share: the run's batch is split evenly between the processes
+    # under torchrun each process steps its share of the envs: local sizes without `args.`
+    num_envs = args.num_envs // world_size
     batch_size = args.batch_size // world_size
     minibatch_size = args.minibatch_size // world_size
 
     # SEEDING
-    random.seed(args.seed + rank)  # each process its own streams (rank 0's are those of a plain run)
+    random.seed(args.seed + rank)  # each process its own streams (rank 0's are a plain run's)
     np.random.seed(args.seed + rank)
     torch.manual_seed(args.seed + rank)
     torch.backends.cudnn.deterministic = args.torch_deterministic
 
     # ENVS
-    envs = make_vector_env(args, num_envs, rank)
+    envs = make_vector_env(args, 1 if args.eval_checkpoint else num_envs, rank)  # eval: one env
 
     # AGENT AND OPTIMIZER
     agent = Agent(envs).to(device)
     if args.eval_checkpoint is not None:
-        evaluate(args, agent, envs, ckpt, device)  # plays the saved agent instead of training, and exits
-    optimizer, policy, update_step = make_update(args, agent, device)  # with --cuda-graphs on CUDA, both CUDA graphs
+        evaluate(args, agent, envs, ckpt, device)  # plays the saved agent instead, and exits
+    optimizer = make_optimizer(args, agent, device)
+    # with --cuda-graphs on CUDA each is recorded once and replayed; else the function itself
+    get_action_and_value = cuda_graph(args, device, agent.get_action_and_value)
+    update_minibatch = cuda_graph(args, device, update_minibatch)
 
     # STORAGE
-    # dones[t] = 1 where obs[t] is the first observation of a new episode (the previous step ended one);
-    # rewards[t] includes gamma * V(final_obs) where step t hit a time limit (bootstrap_truncation).
+    # dones[t] = 1 where obs[t] is the first observation of a new episode (step t-1 ended one).
+    # rewards and dones come from the envs: on the host until GAE, pinned on CUDA
     storage_shape = (args.num_steps, num_envs)
-    obs = torch.zeros(storage_shape + envs.single_observation_space.shape, dtype=torch.uint8, device=device)  # 4 frames 84x84
+    pinned = device.type == "cuda"
+    obs_shape = envs.single_observation_space.shape
+    obs = torch.zeros(storage_shape + obs_shape, dtype=torch.uint8, device=device)  # 4 x 84 x 84
     actions = torch.zeros(storage_shape, dtype=torch.long, device=device)  # (num_steps, num_envs)
     logprobs = torch.zeros(storage_shape, device=device)  # (num_steps, num_envs)
-    rewards = torch.zeros(storage_shape, pin_memory=device.type == "cuda")  # (num_steps, num_envs), on the host until GAE
-    dones = torch.zeros(storage_shape, pin_memory=device.type == "cuda")  # (num_steps, num_envs), on the host (pinned on CUDA)
+    rewards = torch.zeros(storage_shape, pin_memory=pinned)  # (num_steps, num_envs)
+    dones = torch.zeros(storage_shape, pin_memory=pinned)  # (num_steps, num_envs)
     values = torch.zeros(storage_shape, device=device)  # (num_steps, num_envs)
-    serves = torch.zeros(storage_shape, pin_memory=device.type == "cuda")  # (num_steps, num_envs): 1 where the env served
+    serves = torch.zeros(storage_shape, pin_memory=pinned)  # (num_steps, num_envs): 1 on a serve
 
-    next_obs_np, _ = envs.reset(seed=args.seed + rank * num_envs)  # env seeds: the same set as a plain run's
+    # env i is seeded seed + i: rank r's envs take the seeds after those of ranks 0 to r-1
+    next_obs, _ = envs.reset(seed=args.seed + rank * num_envs)
     envs.action_space.seed(args.seed + rank)
-    next_obs = torch.as_tensor(next_obs_np, dtype=obs.dtype, device=device)  # (num_envs, *obs_shape)
+    next_obs = torch.as_tensor(next_obs, dtype=obs.dtype, device=device)  # (num_envs, *obs_shape)
     next_done = torch.zeros(num_envs)  # (num_envs,), on the host
-    carry = (next_obs, next_done)  # what one iteration hands the next; --resume: the checkpoint's, envs mid-episode
-    global_step, start_iteration, (next_obs, next_done) = restore(args, ckpt, rank, agent, optimizer, envs, carry)
+    # what one iteration hands the next; --resume: the checkpoint's, the envs mid-episode
+    carry = (next_obs, next_done)
+    global_step, start_iteration, carry = restore(args, ckpt, rank, agent, optimizer, envs, carry)
+    next_obs, next_done = carry
 
     # LOGGING
-    writer = start_run(args, rank, ckpt)  # rank 0 claims --run-dir and opens TensorBoard there (None elsewhere)
-    if rank == 0:
-        sizes = f"batch {args.batch_size}, minibatch {args.minibatch_size}, {args.num_iterations} iterations, {device}"
-        print(sizes + (f", {world_size} processes of {num_envs} envs" if world_size > 1 else ""))
-    recent_returns = deque(maxlen=100)
+    writer, run = start_run(args, rank, device, ckpt)  # rank 0: --run-dir, TensorBoard (or None)
     finished = []  # (global_step, return, length) of this process's episodes since the last log
-    start_time = time.time()
-    error = None  # what stopped the run early: a NaN, a failed write (OSError), a second Ctrl-C (KeyboardInterrupt)
+    error = None  # why the run stopped early: a NaN, a failed write
     try:
         for iteration in range(start_iteration, args.num_iterations + 1):
             # LEARNING-RATE ANNEALING
@@ -955,45 +1237,40 @@ if __name__ == "__main__":
                 set_learning_rate(optimizer, frac * args.learning_rate)
 
             # ROLLOUT
-            in_flight = []  # (row, group, envs) of steps sent, not received: one group steps as the policy acts for the next
+            # the envs step in groups: each step of a group is received just before its next
+            # step is sent, so that it steps while the policy acts for the other groups
             for step in range(0, args.num_steps):
                 global_step += args.num_envs
-                for g, part in enumerate(envs.parts):
+                for group, part in enumerate(envs.parts):
+                    if step > 0:  # this group's previous step
+                        infos = receive(
+                            args, agent, envs, group, rewards[step - 1], next_obs, next_done
+                        )
+                        finished.extend(ended_episodes(infos, global_step - args.num_envs))
                     obs[step, part] = next_obs[part]
                     dones[step, part] = next_done[part]
-                    serves[step, part] = torch.from_numpy(envs.serves[part])  # a new life's first step: the env plays FIRE
+                    serves[step, part] = torch.from_numpy(envs.serves[part])  # the env plays FIRE
                     with torch.inference_mode():
-                        action, logprob, _, value = policy(next_obs[part])
+                        action, logprob, _, value = get_action_and_value(next_obs[part])
                     values[step, part] = value
                     actions[step, part] = action
                     logprobs[step, part] = logprob
-                    envs.send(action.cpu().numpy(), g)
-                    in_flight.append((step, g, part))
-                    last = step == args.num_steps - 1 and g == len(envs.parts) - 1  # the rollout's last: receive every group
-                    while len(in_flight) == len(envs.parts) or last and in_flight:
-                        row, group, received = in_flight.pop(0)
-                        next_obs_np, reward, terminations, truncations, infos = envs.recv(group)
-                        trunc = np.flatnonzero(truncations & ~terminations) if args.bootstrap_truncation else []
-                        if len(trunc):  # a time limit is not the end of the MDP: r + gamma * V(final_obs) (terminations: none)
-                            final_obs = torch.as_tensor(np.stack(infos["final_obs"][trunc]), device=device)
-                            with torch.inference_mode():
-                                reward[trunc] += args.gamma * agent.get_value(final_obs).cpu().numpy()
-                        rewards[row, received] = torch.as_tensor(reward)
-                        next_done[received] = torch.as_tensor(terminations | truncations)
-                        next_obs[received] = torch.as_tensor(next_obs_np, device=device)
-                        finished.extend(ended_episodes(infos, global_step - (step - row) * args.num_envs))  # row's step
+                    envs.send(action.cpu().numpy(), group)
+            for group in range(len(envs.parts)):  # the rollout's last step
+                infos = receive(args, agent, envs, group, rewards[-1], next_obs, next_done)
+                finished.extend(ended_episodes(infos, global_step))
 
             # ADVANTAGES
             with torch.inference_mode():
                 next_value = agent.get_value(next_obs)
-            advantages, returns = compute_gae(  # rewards and dones were stored on the host
-                rewards.to(device), values, dones.to(device), next_value, next_done.to(device), args.gamma, args.gae_lambda
+            advantages, returns = compute_gae(
+                rewards, values, dones, next_value, next_done, args.gamma, args.gae_lambda
             )
 
             # FLATTEN
-            b_obs = obs.reshape((-1,) + envs.single_observation_space.shape)  # (batch, *obs_shape)
+            b_obs = obs.reshape((-1,) + obs_shape)  # (batch, *obs_shape)
             b_logprobs = logprobs.reshape(-1)  # (batch,)
-            b_actions = actions.reshape((-1,) + envs.single_action_space.shape)  # (batch, *action_shape)
+            b_actions = actions.reshape((-1,) + envs.single_action_space.shape)  # (batch, *act)
             b_advantages = advantages.reshape(-1)  # (batch,)
             b_returns = returns.reshape(-1)  # (batch,)
             b_values = values.reshape(-1)  # (batch,)
@@ -1002,45 +1279,41 @@ if __name__ == "__main__":
             # UPDATE
             batch = (b_obs, b_logprobs, b_actions, b_advantages, b_returns, b_values, b_serves)
             b_inds = np.arange(batch_size)
-            totals = torch.zeros(len(STATS), device=device)  # sums of the update's statistics (STATS) over its steps
+            totals = {}  # each statistic of the update, summed over its minibatch steps
             num_updates = 0
+            stopped = False  # by --target-kl: the rest of this update is skipped
             for _epoch in range(args.update_epochs):
                 np.random.shuffle(b_inds)
                 epoch_inds = torch.as_tensor(b_inds, device=device)
                 for start in range(0, batch_size, minibatch_size):
                     mb_inds = epoch_inds[start : start + minibatch_size]
-                    minibatch_stats = update_step(args, agent, optimizer, tuple(b[mb_inds] for b in batch))
-                    if minibatch_stats is None:  # approx KL past --target-kl: no further minibatch or epoch
+                    minibatch = tuple(b[mb_inds] for b in batch)
+                    stats = update_minibatch(args, agent, optimizer, minibatch)
+                    stopped = stats is None
+                    if stopped:
                         break
-                    totals += minibatch_stats
+                    for name, value in stats.items():
+                        totals[name] = totals.get(name, 0.0) + value
                     num_updates += 1
-                if minibatch_stats is None:
+                if stopped:
                     break
 
             # LOGGING
-            stats = dict(zip(STATS, all_mean(totals / max(num_updates, 1)).tolist(), strict=True))  # means, every process
-            if not (np.isfinite(stats["loss"]) and np.isfinite(stats["grad_norm"])):
-                error = f"the loss became {stats['loss']} (gradient norm {stats['grad_norm']}) at iteration {iteration}"
+            stats = means(totals, num_updates)  # over the update's steps (and torchrun's processes)
+            if not all(np.isfinite(value) for value in stats.values()):
+                error = diverged(args, run, stats, iteration)
                 break
-            recent_returns.extend(log_episodes(writer, finished))  # every process's episodes, in the order they ended
-            if rank == 0:
-                y_pred, y_true = b_values.cpu().numpy(), b_returns.cpu().numpy()  # rank 0's share of the batch
-                var_y = np.var(y_true)
-                explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
-                sps = int((iteration - start_iteration + 1) * args.batch_size / (time.time() - start_time))
-                writer.add_scalar("charts/learning_rate", float(optimizer.param_groups[0]["lr"]), global_step)
-                for name in ("value_loss", "policy_loss", "entropy", "old_approx_kl", "approx_kl", "clipfrac"):
-                    writer.add_scalar(f"losses/{name}", stats[name], global_step)
-                writer.add_scalar("losses/explained_variance", explained_var, global_step)
-                writer.add_scalar("charts/SPS", sps, global_step)
-                eta = (args.num_iterations - iteration) * args.batch_size / max(sps, 1) / 60  # minutes
-                recent = f"{np.mean(recent_returns):.2f} ({len(recent_returns)} episodes)" if recent_returns else "n/a"
-                print(f"iter {iteration}/{args.num_iterations} step {global_step} SPS {sps} return {recent} ETA {eta:.1f} min")
+            y_pred, y_true = b_values.cpu().numpy(), b_returns.cpu().numpy()  # this process's share
+            var_y = np.var(y_true)
+            stats["explained_variance"] = (
+                np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
+            )
+            log_iteration(args, run, writer, optimizer, stats, finished, global_step, iteration)
             carry = (next_obs, next_done)  # what the next iteration takes from this one
-            if end_of_iteration(args, rank, agent, optimizer, envs, global_step, iteration, carry):
+            if end_of_iteration(args, run, agent, optimizer, envs, global_step, iteration, carry):
                 break  # a stop signal (saved with --save-model)
-    except (KeyboardInterrupt, OSError) as e:
-        error = e
+    except (KeyboardInterrupt, OSError) as e:  # a second Ctrl-C; a write that failed
+        error = stop_reason(args, run, e)
 
     # CLOSE
-    close_run(args, rank, writer, envs, finished, error)  # the exit status: 0 only for a run that reached its end
+    close_run(args, run, writer, envs, finished, error)  # exit status 0 only for a finished run
