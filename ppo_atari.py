@@ -5,10 +5,9 @@
     python ppo_atari.py --eval-checkpoint runs/<run>/ppo_atari.pt --capture-video
 
 Schulman et al. 2017 (arXiv:1707.06347) with every detail of "The 32 Implementation Details of
-PPO" (Huang and Dossa, 2020), on gymnasium 1.x: a time-limit truncation bootstraps
-gamma * V(final_obs) (`--no-bootstrap-truncation`: treated as termination). Read down to
-`evaluate`, then `__main__`; the run management between them can be skipped. Checkpoints are
-pickles: load only those you trust.
+PPO" (Huang and Dossa, 2020), on gymnasium 1.x, where a time-limit truncation bootstraps
+gamma * V(final_obs). Read down to `evaluate`, then `__main__`: the run management between them
+can be skipped. Checkpoints are pickles: load only those you trust.
 """
 
 import contextlib
@@ -51,7 +50,7 @@ class Args:
     torch_deterministic: bool = True
     """if toggled, `torch.backends.cudnn.deterministic=True`"""
     cuda: bool = True
-    """if toggled, cuda will be used when available (CPU otherwise, with a notice)"""
+    """if toggled, cuda will be used where available"""
     cuda_graphs: bool = False
     """on CUDA, replay the policy's forward and the minibatch step from CUDA graphs (fused Adam)"""
     track: bool = False
@@ -67,11 +66,11 @@ class Args:
     save_every: float = 10.0
     """with --save-model, also save every this many minutes (0: after every iteration)"""
     run_dir: Optional[str] = None
-    """the run's directory for TensorBoard and the checkpoint (default: `runs/{run_name}`)"""
+    """the directory of the TensorBoard log and checkpoint (default: `runs/{run_name}`)"""
     resume: Optional[str] = None
     """a checkpoint to continue, with its settings (`auto`: the one in --run-dir, if any)"""
     eval_checkpoint: Optional[str] = None
-    """path of a checkpoint to evaluate instead of training, on the env it was trained on"""
+    """a checkpoint to evaluate instead of training, on the env it was trained on"""
     eval_episodes: int = 10
     """the number of episodes to play with `--eval-checkpoint`"""
     eval_greedy: bool = False
@@ -110,7 +109,7 @@ class Args:
     max_grad_norm: float = 0.5
     """the maximum norm for the gradient clipping"""
     target_kl: Optional[float] = None
-    """skip the rest of an iteration's update at the first minibatch whose approx KL exceeds it"""
+    """the target KL divergence threshold"""
     bootstrap_truncation: bool = True
     """bootstrap gamma * V(final_obs) at time-limit truncations (off: treat them as termination)"""
     native_envs: bool = True
@@ -147,8 +146,8 @@ def make_env(env_id: str, idx: int, capture_video: bool, run_name: str):
 
 
 class LastScreens(gym.Wrapper):
-    """At a time limit, the last two screens into AtariPreprocessing's buffer: its frame skip stops
-    before it takes them, and the final observation would be stale."""
+    """At a time limit, the last two screens into AtariPreprocessing's buffer, which its frame skip
+    stops before filling: the final observation, which the truncation bootstrap values, is true."""
 
     def step(self, action):
         before = self.unwrapped.ale.getScreenGrayscale()
@@ -160,17 +159,14 @@ class LastScreens(gym.Wrapper):
 
 
 class EpisodicLife(gym.Wrapper):
-    """A lost life ends the episode for learning, the game only when it is over. A new life starts
-    with steps the agent never sees, played here as the life is lost (as ale-py's vector env does):
-    a no-op, then the serve (FIRE and action 2). Each game is logged once: "r" its raw score, "l"
-    its steps."""
+    """A lost life ends the episode; the game goes on. The steps of a new life the agent never sees
+    (a no-op, then the serve: FIRE and action 2) are played as the life is lost, as in ale-py's
+    vector env. Each game is logged once: "r" its raw score, "l" its steps."""
 
     def __init__(self, env: gym.Env):
         super().__init__(env)
         self.serve_actions = (1, 2) if env.unwrapped.get_action_meanings()[1] == "FIRE" else ()
-        self.next_life = (
-            None  # (obs, info) after the unseen steps of the next life: reset() returns it
-        )
+        self.next_life = None  # (obs, info) after the next life's unseen steps: reset() returns it
 
     def play_unseen(self, actions: tuple, obs, info) -> tuple:
         """Steps the agent does not see: (the last obs, its info, whether the game ended)."""
@@ -189,7 +185,7 @@ class EpisodicLife(gym.Wrapper):
         lost_life = self.unwrapped.ale.lives() < self.lives and not terminated
         self.lives = self.unwrapped.ale.lives()
         game_over = terminated or truncated
-        if lost_life and not game_over:  # the next life starts now, before the agent sees the end
+        if lost_life and not game_over:  # the next life starts now
             next_obs, next_info, game_over = self.play_unseen((0, *self.serve_actions), obs, info)
             self.next_life = None if game_over else (next_obs, next_info)
         if game_over:
@@ -201,7 +197,7 @@ class EpisodicLife(gym.Wrapper):
     def reset(self, **kwargs):
         start = self.next_life
         self.next_life = None
-        # a new game; should its serve run into a time limit, another one (unlogged, unseeded)
+        # a new game (another, unlogged, should its serve run into a time limit)
         while start is None:
             self.score = 0.0
             self.length = 0
@@ -223,16 +219,13 @@ class EpisodicLife(gym.Wrapper):
 
 
 class NativeAtari(gym.vector.VectorEnv):
-    """ale-py's AtariVectorEnv (C++ threads) playing as make_env's envs do: lost lives end
-    episodes, and a new life's first step is its serve (FIRE in place of the agent's action, marked
-    in `serves`: the agent sees that step, unlike make_env's). Envs step in groups: send(actions, g)
-    starts envs[parts[g]], recv(g) waits for them."""
+    """ale-py's AtariVectorEnv (C++ threads) as make_env plays, but for the serve: the agent sees a
+    new life's first step, played as FIRE (`serves`). Envs step in groups: send(actions, g) starts
+    envs[parts[g]], recv(g) waits for them."""
 
     def __init__(self, env_id: str, num_envs: int, groups: int, video: Optional[str]):
-        kwargs = gym.spec(
-            env_id.split(":")[-1]
-        ).kwargs  # a "module:Game-v4" id: its module imported
-        skip = kwargs.get("frameskip", 4)  # NoFrameskip ids: 1; skip 4 here, max of the last two
+        kwargs = gym.spec(env_id.split(":")[-1]).kwargs  # "module:Game-v4": the module is imported
+        skip = kwargs.get("frameskip", 4)  # NoFrameskip: 1; skip 4 here, max of the last two
         settings = {"frameskip": 4 if skip == 1 else skip, "maxpool": skip == 1, "noop_max": 30}
         settings.update(use_fire_reset=True, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
         # a lost life terminates (the game goes on); the rewards stay raw, for the game's score
@@ -240,19 +233,15 @@ class NativeAtari(gym.vector.VectorEnv):
         settings["repeat_action_probability"] = kwargs.get("repeat_action_probability", 0.25)
         settings["full_action_space"] = kwargs.get("full_action_space", False)
         settings["max_num_frames_per_episode"] = kwargs.get("max_num_frames_per_episode", 108000)
-        # this process's share of the cores
         cores = len(os.sched_getaffinity(0)) // int(os.environ.get("LOCAL_WORLD_SIZE", 1))
         settings["num_threads"] = min(num_envs // groups, max(1, cores))
         size = num_envs // groups
-        self.vector_envs = [
-            ale_py.AtariVectorEnv(kwargs["game"], size, **settings) for _ in range(groups)
-        ]
+        game = kwargs["game"]
+        self.vector_envs = [ale_py.AtariVectorEnv(game, size, **settings) for _ in range(groups)]
         self.parts = [slice(g * size, (g + 1) * size) for g in range(groups)]
         # video: a twin of env 0 in colour, fed the same seed and actions
-        colour = {"img_height": 210, "img_width": 160, "grayscale": False, "stack_num": 1}
-        colour["num_threads"] = 1
-        twin_settings = {**settings, **colour}
-        self.twin = ale_py.AtariVectorEnv(kwargs["game"], 1, **twin_settings) if video else None
+        colour = dict(img_height=210, img_width=160, grayscale=False, stack_num=1, num_threads=1)
+        self.twin = ale_py.AtariVectorEnv(game, 1, **{**settings, **colour}) if video else None
         self.video = video
         self.clip = []  # the twin's frames of env 0's game in progress
         self.games = 0  # env 0's games so far
@@ -270,10 +259,10 @@ class NativeAtari(gym.vector.VectorEnv):
             out.append(env.reset(seed=None if seeds is None else seeds[part]))
         obs = np.concatenate([obs for obs, _ in out])
         infos = {key: np.concatenate([info[key] for _, info in out]) for key in out[0][1]}
-        self.returns = np.zeros(self.num_envs)  # each env's game so far: its raw score, its steps
+        self.returns = np.zeros(self.num_envs)  # each env's game so far: raw score, steps
         self.lengths = np.zeros(self.num_envs, dtype=np.int64)
         self.frames = infos["episode_frame_number"]
-        self.serves = np.zeros(self.num_envs, dtype=bool)  # whether each env's next step is a serve
+        self.serves = np.zeros(self.num_envs, dtype=bool)  # each env's next step is a serve
         self.clip = []
         if self.twin:
             first_frame, _ = self.twin.reset(seed=None if seeds is None else np.asarray(seeds[:1]))
@@ -302,13 +291,12 @@ class NativeAtari(gym.vector.VectorEnv):
             infos["final_info"] = {"episode": episodes, "_episode": game_over}
             self.returns[part][game_over] = 0
             self.lengths[part][game_over] = 0
-        if self.twin and group == 0 and game_over[0]:  # env 0's game is over: its video, maybe
+        if self.twin and group == 0 and game_over[0]:
             self.save_video()
         return obs, np.sign(rewards).astype(np.float64), terminations, truncations, infos
 
     def save_video(self):
-        """The video of env 0's game just over, where RecordVideo would record: games 0, 1, 8..."""
-        # imports moviepy: only when needed
+        """Env 0's game just over, where RecordVideo would record one (games 0, 1, 8, 27...)."""
         save_video = importlib.import_module("gymnasium.utils.save_video").save_video
         save_video(self.clip, self.video, fps=15, name_prefix="game", episode_index=self.games)
         self.clip = self.clip[-1:]  # the new game's first frame
@@ -316,8 +304,7 @@ class NativeAtari(gym.vector.VectorEnv):
 
 
 class WrapperEnvs(gym.vector.SyncVectorEnv):
-    """make_env's envs in gymnasium's SyncVectorEnv, stepped as NativeAtari's one group:
-    send(actions), then recv()."""
+    """make_env's envs, stepped as NativeAtari's one group: send(actions), then recv()."""
 
     parts = [slice(None)]
 
@@ -333,24 +320,21 @@ class WrapperEnvs(gym.vector.SyncVectorEnv):
 
 
 def make_vector_env(args: Args, num_envs: int, rank: int) -> gym.vector.VectorEnv:
-    """SAME_STEP autoreset: an episode's last step returns the next one's first observation, the
-    real last one in infos["final_obs"]; no step of the batch is spent on a reset."""
-    run_name = os.path.basename(args.run_dir)  # videos/{run_name}
+    """SAME_STEP autoreset: a last step returns the next episode's first observation (the real
+    last one in infos["final_obs"]), and no step is spent on a reset."""
+    video = args.capture_video and rank == 0
+    run_name = os.path.basename(args.run_dir)
     if args.native_envs:  # ale-py's, else make_env's wrappers
-        # a GPU acts for one group while the other steps
-        gpu = args.cuda and torch.cuda.is_available() and num_envs % 2 == 0
-        groups = min(args.env_groups or (2 if gpu else 1), num_envs)
-        video = f"videos/{run_name}" if args.capture_video and rank == 0 else None  # env 0's games
-        return NativeAtari(args.env_id, num_envs, groups, video)
-    thunks = [
-        make_env(args.env_id, i, args.capture_video and rank == 0, run_name)
-        for i in range(num_envs)
-    ]
+        # on a GPU, the policy acts for one group while the other steps
+        two_groups = args.cuda and torch.cuda.is_available() and num_envs % 2 == 0
+        groups = min(args.env_groups or (2 if two_groups else 1), num_envs)
+        return NativeAtari(args.env_id, num_envs, groups, f"videos/{run_name}" if video else None)
+    thunks = [make_env(args.env_id, i, video, run_name) for i in range(num_envs)]
     return WrapperEnvs(thunks, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
 
 
 def check_env(args: Args):
-    """Fail before anything is written if the env is unknown or not of this script's kind."""
+    """Fail, before anything is written, where the env is unknown or of another kind."""
     env_id = args.env_id
     try:
         env = gym.make(env_id)
@@ -360,7 +344,8 @@ def check_env(args: Args):
         fail(f"the module of env id {env_id!r} does not import ({e.__cause__ or e})")
     env.close()
     if not isinstance(env.unwrapped, ale_py.AtariEnv):
-        fail(f"{env_id} is not an Atari game; use ppo.py (ppo_continuous_action.py: continuous)")
+        other = "ppo.py (or ppo_continuous_action.py for continuous actions)"
+        fail(f"{env_id} is not an Atari game; use {other}")
     kwargs = env.spec.kwargs
     random_skip = not isinstance(kwargs.get("frameskip", 4), int)
     if args.native_envs and (random_skip or {"mode", "difficulty"} & kwargs.keys()):
@@ -402,14 +387,13 @@ class Agent(nn.Module):
 
     def get_action_and_value(self, x: torch.Tensor, action: Optional[torch.Tensor] = None):
         x = self.network(x / 255.0)  # (B, 512): the trunk's features, for both heads
-        # Categorical(logits=...)'s sample, log_prob and entropy written out: the same numbers,
-        # without building a distribution object at every step
+        # Categorical's sample, log_prob and entropy written out: the same numbers, faster
         logits = self.actor(x)  # (B, n_actions)
         log_probs = logits - logits.logsumexp(-1, keepdim=True)
         if action is None:
             action = torch.multinomial(log_probs.softmax(-1), 1, replacement=True).squeeze(-1)
         logprob = log_probs.gather(-1, action.unsqueeze(-1)).squeeze(-1)
-        # 0 * log(0) = 0: a log-probability of -inf is clamped to the lowest float
+        # clamped: 0 * log(0) is 0, but 0 * -inf is nan
         finite_log_probs = log_probs.clamp(min=torch.finfo(log_probs.dtype).min)
         entropy = -(finite_log_probs * log_probs.softmax(-1)).sum(-1)
         # (B,) action, (B,) log-prob, (B,) entropy, (B,) value
@@ -417,9 +401,10 @@ class Agent(nn.Module):
 
 
 def compute_gae(rewards, values, dones, next_value, next_done, gamma: float, gae_lambda: float):
-    """GAE(gamma, lambda) over a (num_steps, num_envs) rollout: (advantages, returns). dones[t] = 1
-    cuts the trace between t-1 and t; next_* belong to the observation after the rollout."""
-    rewards, dones, next_done = (x.to(values.device) for x in (rewards, dones, next_done))
+    """GAE over a (num_steps, num_envs) rollout: (advantages, returns). dones[t] = 1 cuts the trace
+    between t-1 and t; next_* belong to the observation after the rollout."""
+    rewards, dones = rewards.to(values.device), dones.to(values.device)  # from the host
+    next_done = next_done.to(values.device)
     # row t: what follows step t (row t + 1; after the last step, next_*)
     nextnonterminal = 1.0 - torch.cat((dones[1:], next_done[None]))  # (num_steps, num_envs)
     nextvalues = torch.cat((values[1:], next_value[None]))
@@ -435,20 +420,22 @@ def compute_gae(rewards, values, dones, next_value, next_done, gamma: float, gae
 def bootstrap_truncation(
     args: Args, agent: Agent, reward, terminations, truncations, infos, rnn_state=None
 ):
-    """reward += gamma * V(final_obs), in place, where a time limit cut an episode short: the MDP
-    goes on past it (Pardo et al. 2018, arXiv:1712.00378). Terminations get nothing."""
+    """The reward plus gamma * V(final_obs) where a time limit cut an episode short: the MDP goes
+    on (Pardo et al. 2018, arXiv:1712.00378). A termination gets nothing."""
     trunc = np.flatnonzero(truncations & ~terminations)
     if not args.bootstrap_truncation or len(trunc) == 0:
-        return
-    parameter = next(agent.parameters())
-    final_obs = np.stack(infos["final_obs"][trunc])
-    final_obs = torch.as_tensor(final_obs, dtype=parameter.dtype, device=parameter.device)
+        return reward
+    device = next(agent.parameters()).device
+    final_obs = torch.tensor(
+        np.stack(infos["final_obs"][trunc]), dtype=torch.float32, device=device
+    )
     with torch.inference_mode():
         if rnn_state is None:
             final_value = agent.get_value(final_obs)
-        else:  # ppo_rnn.py: each cut episode goes on from its env's recurrent state
+        else:  # ppo_rnn.py: from the recurrent state of each cut episode
             final_value = agent.get_value(final_obs, tuple(s[:, trunc] for s in rnn_state))
         reward[trunc] += args.gamma * final_value.cpu().numpy()
+    return reward
 
 
 def policy_loss(advantages: torch.Tensor, ratio: torch.Tensor, clip_coef: float) -> torch.Tensor:
@@ -469,15 +456,15 @@ def value_loss(newvalue, values, returns, clip_coef: Optional[float]) -> torch.T
     return 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
 
 
-def mean_over(x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-    """The mean of x over the rows where rows = 1."""
-    return (x * rows).sum() / rows.sum().clamp(min=1.0)
+def mean_over(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The mean of x over the rows where mask = 1."""
+    return (x * mask).sum() / mask.sum().clamp(min=1.0)
 
 
 def update_minibatch(args: Args, agent: Agent, optimizer: optim.Optimizer, minibatch: tuple):
     """One gradient step on a minibatch (rows of the b_* tensors): its statistics by name, or None,
     without a step, once the approximate KL passes --target-kl. all_mean, whole_mean_std and
-    average_gradients pool over torchrun's processes (in a plain run: x, mean and std, nothing)."""
+    average_gradients pool over torchrun's processes (plain run: no-ops)."""
     mb_obs, mb_logprobs, mb_actions, mb_advantages, mb_returns, mb_values, mb_serves = minibatch
     _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb_obs, mb_actions)
     assert newlogprob.shape == newvalue.shape == mb_returns.shape  # (minibatch,): no broadcasting
@@ -492,7 +479,7 @@ def update_minibatch(args: Args, agent: Agent, optimizer: optim.Optimizer, minib
         old_approx_kl = all_mean(mean_over(-logratio, kept))
         approx_kl = all_mean(mean_over((ratio - 1) - logratio, kept))
         clipfrac = mean_over(((ratio - 1.0).abs() > args.clip_coef).float(), kept)
-    # checked before each step (CleanRL: after each epoch), so that no step passes the limit
+    # checked before each step (CleanRL: after each epoch); a branch no CUDA graph records
     if args.target_kl is not None and approx_kl > args.target_kl:
         return None
 
@@ -503,9 +490,8 @@ def update_minibatch(args: Args, agent: Agent, optimizer: optim.Optimizer, minib
     # the mean over the kept rows: their advantages over the kept fraction, the others' zeroed
     kept_advantages = mb_advantages * kept / kept.mean().clamp(min=1.0 / len(kept))
     pg_loss = policy_loss(kept_advantages, ratio, args.clip_coef)
-    v_loss = value_loss(
-        newvalue, mb_values, mb_returns, args.clip_coef if args.clip_vloss else None
-    )
+    v_clip = args.clip_coef if args.clip_vloss else None
+    v_loss = value_loss(newvalue, mb_values, mb_returns, v_clip)
     entropy_loss = mean_over(entropy, kept)
     loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
 
@@ -514,16 +500,9 @@ def update_minibatch(args: Args, agent: Agent, optimizer: optim.Optimizer, minib
     average_gradients(agent)
     grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
     optimizer.step()
-    stats = {
-        "policy_loss": pg_loss,
-        "value_loss": v_loss,
-        "entropy": entropy_loss,
-        "old_approx_kl": old_approx_kl,
-        "approx_kl": approx_kl,
-        "clipfrac": clipfrac,
-        "loss": loss,
-        "grad_norm": grad_norm,
-    }
+    stats = dict(policy_loss=pg_loss, value_loss=v_loss, entropy=entropy_loss, loss=loss)
+    stats.update(old_approx_kl=old_approx_kl, approx_kl=approx_kl, clipfrac=clipfrac)
+    stats.update(grad_norm=grad_norm)
     return {name: value.detach() for name, value in stats.items()}
 
 
@@ -532,21 +511,18 @@ def receive(args: Args, agent: Agent, envs, group: int, rewards_row, next_obs, n
     observations and dones into next_obs and next_done. Returns its infos."""
     part = envs.parts[group]
     obs, reward, terminations, truncations, infos = envs.recv(group)
-    bootstrap_truncation(args, agent, reward, terminations, truncations, infos)
+    reward = bootstrap_truncation(args, agent, reward, terminations, truncations, infos)
     rewards_row[part] = torch.as_tensor(reward)
     next_obs[part] = torch.as_tensor(obs, device=next_obs.device)
     next_done[part] = torch.as_tensor(terminations | truncations)
     return infos
 
 
-def evaluate(
-    args: Args, agent: Agent, envs: gym.vector.VectorEnv, ckpt: dict, device: torch.device
-):
-    """Play --eval-episodes episodes with the checkpoint's agent (--eval-greedy: its most likely
-    action), print their returns, and exit."""
+def evaluate(args: Args, agent: Agent, envs, ckpt: dict, device: torch.device):
+    """Play --eval-episodes episodes with the saved agent (--eval-greedy: its likeliest action)."""
     if int(os.environ.get("RANK", 0)) == 0:
-        load_for_evaluation(agent, envs, ckpt, args.eval_checkpoint)
-        torch.manual_seed(args.seed)  # sampled actions: the same seed plays the same episodes
+        load_agent(agent, envs, ckpt, args.eval_checkpoint)
+        torch.manual_seed(args.seed)  # the same seed plays the same episodes
         obs, _ = envs.reset(seed=args.seed)
         returns = []
         while len(returns) < args.eval_episodes:
@@ -563,10 +539,8 @@ def evaluate(
                 print(f"eval episode {len(returns)}: return {episode_return:.2f}")
         how = "greedy" if args.eval_greedy else "sampled"
         mean, std = np.mean(returns), np.std(returns)
-        print(
-            f"eval: {len(returns)} episodes ({how}), return {mean:.2f} ± {std:.2f}"
-            + videos(args, envs)
-        )
+        summary = f"eval: {len(returns)} episodes ({how}), return {mean:.2f} ± {std:.2f}"
+        print(summary + end_recording(args, envs))
     envs.close()
     raise SystemExit(0)
 
@@ -577,9 +551,7 @@ def evaluate(
 # (tests/test_drift.py pins it), no part of the algorithm: a first reading can skip it.
 # ==================================================================================================
 
-CHECKPOINT_FORMAT = (
-    3  # raised whenever what a checkpoint holds changes; another format gets an error
-)
+CHECKPOINT_FORMAT = 3  # raised whenever what a checkpoint holds changes
 # how a run runs and is recorded: what --resume and --eval-checkpoint may change
 MAY_CHANGE_ON_RESUME = (
     "exp_name seed torch_deterministic cuda track wandb_project_name wandb_entity capture_video "
@@ -588,8 +560,7 @@ MAY_CHANGE_ON_RESUME = (
 
 
 def fail(message: str) -> NoReturn:
-    """Stop with a one-line error instead of a traceback; under torchrun every process stops, and
-    rank 0 says why."""
+    """Stop with a one-line error; under torchrun every process stops, and rank 0 says why."""
     says = os.environ.get("RANK" if dist.is_initialized() else "LOCAL_RANK", "0") == "0"
     if dist.is_initialized():
         dist.destroy_process_group()  # now, not during interpreter shutdown
@@ -599,43 +570,37 @@ def fail(message: str) -> NoReturn:
 def check_args(args: Args):
     positive = ["total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs"]
     positive += ["eval_episodes", "learning_rate", "clip_coef", "max_grad_norm", "target_kl"]
-    for name in positive:
-        value = getattr(args, name)
-        if value is not None and not value > 0:
-            fail(f"--{name.replace('_', '-')} must be positive, got {value}")
-    for name in ("ent_coef", "vf_coef", "save_every"):
-        if not getattr(args, name) >= 0:
-            fail(f"--{name.replace('_', '-')} must be non-negative, got {getattr(args, name)}")
-    for name in ("gamma", "gae_lambda"):
-        if not 0 <= getattr(args, name) <= 1:
-            fail(f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(args, name)}")
+    for name, value in vars(args).items():
+        flag = f"--{name.replace('_', '-')}"
+        if name in positive and value is not None and not value > 0:
+            fail(f"{flag} must be positive, got {value}")
+        if name in ("ent_coef", "vf_coef", "save_every") and not value >= 0:
+            fail(f"{flag} must be non-negative, got {value}")
+        if name in ("gamma", "gae_lambda") and not 0 <= value <= 1:
+            fail(f"{flag} must be in [0, 1], got {value}")
     if args.capture_video and importlib.util.find_spec("moviepy") is None:
         missing = "--capture-video writes videos with moviepy, which does not import here"
         fail(f"{missing}; pip install moviepy")
     check_env(args)  # the env's kind, and what this script's domain adds to these checks
     batch_size = args.num_envs * args.num_steps
     processes = int(os.environ.get("WORLD_SIZE", 1))  # under torchrun, each steps a share
-    if batch_size % args.num_minibatches:
-        size = f"num_envs * num_steps = {batch_size}"
-        fail(f"{size} is not divisible by --num-minibatches {args.num_minibatches}")
-    if args.norm_adv and batch_size // args.num_minibatches < 2:
-        fix = "use fewer --num-minibatches or --no-norm-adv"
-        fail(f"a minibatch of 1 sample cannot normalize advantages; {fix}")
+    batch = f"num_envs * num_steps = {batch_size}"
+    minibatches = args.num_minibatches
+    if batch_size % minibatches:
+        fail(f"{batch} is not divisible by --num-minibatches {minibatches}")
+    if args.norm_adv and batch_size // minibatches < 2:
+        fail("a minibatch of 1 sample cannot normalize advantages; use fewer --num-minibatches")
     if args.eval_checkpoint is None and args.total_timesteps < batch_size:
-        total = args.total_timesteps
-        batch = f"one batch (num_envs * num_steps = {batch_size})"
-        fail(f"--total-timesteps {total} is less than {batch}")
-    if args.num_envs % processes or batch_size // processes % args.num_minibatches:
+        fail(f"--total-timesteps {args.total_timesteps} is less than one batch ({batch})")
+    if args.num_envs % processes or batch_size // processes % minibatches:
         split = f"{processes} processes of whole minibatches"
         fail(f"--num-envs {args.num_envs} does not split into {split}")
     if args.cuda_graphs and (args.target_kl is not None or processes > 1):
-        cannot = "it cannot stop at --target-kl or average over processes"
-        fail(f"--cuda-graphs records the whole minibatch step: {cannot}")
+        fail("--cuda-graphs records the whole minibatch step: no --target-kl, no torchrun")
 
 
 def start_up(args: Args) -> tuple:
-    """Checks, the checkpoint of --resume or --eval-checkpoint (its settings into args), torchrun's
-    process group: (rank, world_size, device, ckpt)."""
+    """Checks, the checkpoint's settings into args, torchrun: (rank, world_size, device, ckpt)."""
     ckpt, error = None, None
     try:
         ckpt = from_checkpoint(args)
@@ -647,12 +612,10 @@ def start_up(args: Args) -> tuple:
     cuda = args.cuda and torch.cuda.is_available()
     gpus = torch.cuda.device_count() if cuda else 0
     if cuda and int(os.environ.get("LOCAL_WORLD_SIZE", 1)) > gpus:  # the group could not start
-        fail(
-            f"more processes than the {gpus} GPU(s) here; lower --nproc-per-node, or pass --no-cuda"
-        )
-    device = (
-        torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else torch.device("cpu")
-    )
+        fix = "lower --nproc-per-node, or pass --no-cuda"
+        fail(f"more processes than the {gpus} GPU(s) here; {fix}")
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
     if world_size > 1:
         error = start_process_group(args, rank, world_size, cuda, error)
     if error is not None:
@@ -668,7 +631,7 @@ def start_up(args: Args) -> tuple:
 
 
 def start_process_group(args: Args, rank: int, world_size: int, cuda: bool, error) -> Optional[str]:
-    """torchrun's process group; the first error of any process (or arguments that differ)."""
+    """torchrun's group; the first error of any process, or arguments that differ."""
     importlib.import_module("torch._dynamo")  # else torch.optim imports it later, holding the group
     # torchrun --max-restarts keeps its store: this attempt's keys apart from the dead attempts'
     attempt = f"restart{os.environ.get('TORCHELASTIC_RESTART_COUNT', 0)}"
@@ -686,14 +649,12 @@ def start_process_group(args: Args, rank: int, world_size: int, cuda: bool, erro
 
 
 def from_checkpoint(args: Args) -> Optional[dict]:
-    """The checkpoint of --resume or --eval-checkpoint, or None; the run takes its settings where
-    no flag differs."""
+    """The checkpoint of --resume or --eval-checkpoint (or None); its settings into args."""
     model_path = f"{args.run_dir}/{args.exp_name}.pt"
     if args.resume == "auto" and (args.run_dir is None or not args.save_model):
         fix = "pass --run-dir DIR and --save-model"
         fail(f"--resume auto continues the checkpoint in --run-dir: {fix}")
-    # --resume auto: a restart of the same command line, from its checkpoint where it wrote one
-    if args.resume == "auto":
+    if args.resume == "auto":  # a restart of the same command line: its checkpoint, if it wrote one
         args.resume = model_path if os.path.exists(model_path) else None
     elif args.resume is None and args.eval_checkpoint is None and os.path.exists(model_path):
         fix = "continue it with --resume auto, or pass another --run-dir"
@@ -707,13 +668,13 @@ def from_checkpoint(args: Args) -> Optional[dict]:
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as e:
-        error = type(e).__name__
-        fail(f"checkpoint {path!r} could not be read ({error}); it is corrupt or not a checkpoint")
+        fail(f"checkpoint {path!r} could not be read ({type(e).__name__}); it is corrupt")
     if isinstance(ckpt, dict) and ckpt.get("script", script) != script:
         fail(f"{path!r} was saved by {ckpt['script']}, not {script}; run it with {ckpt['script']}")
     parts = {"format", "args", "agent", "optimizer", "global_step", "iteration", "ranks"}
-    whole = isinstance(ckpt, dict) and parts <= ckpt.keys()
-    if not whole or ckpt["format"] != CHECKPOINT_FORMAT:
+    if not (
+        isinstance(ckpt, dict) and parts <= ckpt.keys() and ckpt["format"] == CHECKPOINT_FORMAT
+    ):
         fail(
             f"{path!r} is not a whole checkpoint of this {script}; pass one its --save-model wrote"
         )
@@ -737,25 +698,18 @@ def from_checkpoint(args: Args) -> Optional[dict]:
     return ckpt
 
 
-def load_agent(agent: nn.Module, ckpt: dict, path: str):
-    """The checkpoint's parameters into `agent`, or a one-line error where they do not fit it."""
+def load_agent(agent: nn.Module, envs, ckpt: dict, path: str, rank: int = 0):
+    """The saved agent, and the state of its vector wrapper (the continuous script's statistics)."""
     try:
         agent.load_state_dict(ckpt["agent"])
-    except RuntimeError as e:  # missing, unexpected or reshaped parameters: the 2nd line names one
+    except RuntimeError as e:  # missing, unexpected or reshaped: torch's 2nd line names the first
         first = str(e).splitlines()[1].strip()
         fail(f"{path!r} does not fit this Agent ({first}); an edited Agent, or another version's")
+    vars(envs).update(ckpt["ranks"][rank]["wrapper"])
 
 
-def load_for_evaluation(agent: nn.Module, envs, ckpt: dict, path: str):
-    """The checkpoint's parameters into `agent`, and the state of the vector wrapper it was trained
-    in into `envs` (ppo_continuous_action.py: the normalization statistics)."""
-    load_agent(agent, ckpt, path)
-    vars(envs).update(ckpt["ranks"][0]["wrapper"])
-
-
-def videos(args: Args, envs) -> str:
-    """Where evaluation's videos are, as the end of its summary line ("" without --capture-video).
-    gymnasium's recorder is stopped first: no video of the episode begun after the last one."""
+def end_recording(args: Args, envs) -> str:
+    """gymnasium's recorder stopped (no partial video); where evaluation's videos are, if any."""
     if not args.capture_video:
         return ""
     if hasattr(envs, "envs"):
@@ -767,32 +721,23 @@ def videos(args: Args, envs) -> str:
 def save_checkpoint(
     args: Args, run, agent, optimizer, envs, global_step: int, iteration: int, carry
 ):
-    """Write what continuing after `iteration` needs (carry: what the loop takes to the next
-    iteration), atomically."""
-    env_state, reason = pickled_envs(envs)
-    if env_state is None and run.saved is None and run.rank == 0:
-        print(f"notice: {reason}: a resume from this checkpoint starts new episodes")
-    rng = {
-        "python": random.getstate(),
-        "numpy": np.random.get_state(),
-        "torch": torch.get_rng_state(),
-    }
+    """Write what continuing after `iteration` needs (carry: what the loop carries), atomically."""
+    try:
+        env_state = pickle.dumps(envs.envs)  # the sub-envs mid-episode, with their RNGs
+    except (pickle.PicklingError, TypeError, AttributeError) as e:  # AttributeError: no sub-envs
+        env_state = None  # a C++ vector env, a video recorder, a lambda in an env
+        if run.saved is None and run.rank == 0:
+            print(f"notice: the envs do not pickle ({e}): a resume starts new episodes")
+    rng = dict(python=random.getstate(), numpy=np.random.get_state(), torch=torch.get_rng_state())
     rng["cuda"] = torch.cuda.get_rng_state() if carry[0].is_cuda else None
     wrapper = {name: getattr(envs, name) for name in getattr(envs, "checkpointed", ())}
-    own = {
-        "envs": env_state,
-        "wrapper": wrapper,
-        "carry": walk(torch.Tensor.cpu, carry),
-        "rng": rng,
-    }
+    own = dict(envs=env_state, wrapper=wrapper, carry=walk(torch.Tensor.cpu, carry), rng=rng)
     ranks = gather(own)
     if run.rank > 0:
         return
-    checkpoint = {"format": CHECKPOINT_FORMAT, "script": os.path.basename(__file__)}
-    checkpoint.update(args=asdict(args), ranks=ranks, agent=agent.state_dict())
-    checkpoint.update(
-        optimizer=optimizer.state_dict(), global_step=global_step, iteration=iteration
-    )
+    checkpoint = dict(format=CHECKPOINT_FORMAT, script=os.path.basename(__file__), ranks=ranks)
+    checkpoint.update(args=asdict(args), agent=agent.state_dict(), optimizer=optimizer.state_dict())
+    checkpoint.update(global_step=global_step, iteration=iteration)
     path = f"{args.run_dir}/{args.exp_name}.pt"
     buffer = io.BytesIO()
     torch.save(checkpoint, buffer)  # in memory first: a failed write below is the disk's
@@ -810,28 +755,17 @@ def save_checkpoint(
     run.saved = iteration
 
 
-def pickled_envs(envs) -> tuple:
-    """(the sub-envs mid-episode with their RNGs, pickled, or None; why not)."""
-    if not hasattr(envs, "envs"):
-        return None, "a C++ vector env holds its envs"
-    try:
-        return pickle.dumps(envs.envs), ""
-    except (pickle.PicklingError, TypeError, AttributeError) as e:  # "Can't pickle local object"
-        return None, f"the envs do not pickle ({e})"  # video recorders, local functions
-
-
 def restore(args: Args, ckpt: Optional[dict], rank: int, agent, optimizer, envs, carry: tuple):
-    """Continue where save_checkpoint left off: (global_step, first iteration, carry). A new run:
-    (0, 1, carry), every process from rank 0's parameters."""
+    """(global_step, first iteration, carry) as save_checkpoint left them; a new run: (0, 1, carry),
+    every process from rank 0's parameters."""
     if ckpt is None:
         if dist.is_initialized():
             for param in agent.parameters():
                 dist.broadcast(param.data, src=0)
         return 0, 1, carry
     own = ckpt["ranks"][rank]
-    load_agent(agent, ckpt, args.resume)
+    load_agent(agent, envs, ckpt, args.resume, rank)
     load_optimizer(optimizer, ckpt["optimizer"])
-    vars(envs).update(own["wrapper"])
     if own["envs"] is not None:
         envs.envs[:] = pickle.loads(own["envs"])
         carry = walk(torch.Tensor.to, own["carry"], carry)  # each on its device
@@ -849,17 +783,16 @@ def restore(args: Args, ckpt: Optional[dict], rank: int, agent, optimizer, envs,
 
 
 def start_run(args: Args, rank: int, device: torch.device, ckpt: Optional[dict]) -> tuple:
-    """Rank 0 claims --run-dir (one run a directory, writable now), opens TensorBoard there and
-    prints the run's sizes; stop signals are caught. Returns (the writer or None, the run)."""
+    """Rank 0 claims --run-dir (one run a directory, writable now), opens TensorBoard there, prints
+    the sizes; stop signals are caught. Returns (the writer, None on other ranks; the run)."""
     run = types.SimpleNamespace(rank=rank, lock=None, signals=[], saved=None, saved_at=time.time())
-    run.recent_returns = deque(maxlen=100)  # the progress line's mean return: the last 100 episodes
-    run.first_step = ckpt["global_step"] if ckpt else 0  # for the steps per second of this run
+    run.recent_returns = deque(maxlen=100)  # the progress line's mean return
+    run.first_step = ckpt["global_step"] if ckpt else 0  # for this run's steps per second
     run.start_time = time.time()
     try:
         if rank == 0:
             os.makedirs(args.run_dir, exist_ok=True)
-            # held until close_run or the end of the process
-            run.lock = open(f"{args.run_dir}/.lock", "a+")
+            run.lock = open(f"{args.run_dir}/.lock", "a+")  # held until the run closes
             if os.name == "posix":  # an fcntl lock dies with its process: a killed run leaves none
                 fcntl = importlib.import_module("fcntl")
                 fcntl.lockf(run.lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -871,17 +804,16 @@ def start_run(args: Args, rank: int, device: torch.device, ckpt: Optional[dict])
         fix = "pass one this user can write, on a disk with space"
         fail(f"cannot write to --run-dir {args.run_dir!r} ({e.strerror}); {fix}")
     signal.signal(signal.SIGTERM, functools.partial(stop_signal, run))
-    # nohup and `&` in a script ignore Ctrl-C: so does the run
-    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # as nohup's and `&`'s: ignored
         signal.signal(signal.SIGINT, functools.partial(stop_signal, run))
     run.excepthook = threading.excepthook
     if rank > 0:
         return None, run
     resumed = f", resumed from {args.resume} at iteration {ckpt['iteration']}" if ckpt else ""
     print(f"run dir {args.run_dir}{resumed}")
+    processes = int(os.environ.get("WORLD_SIZE", 1))
     sizes = f"batch {args.batch_size}, minibatch {args.minibatch_size}"
     sizes += f", {args.num_iterations} iterations, {device}"
-    processes = int(os.environ.get("WORLD_SIZE", 1))
     if processes > 1:
         sizes += f", {processes} processes of {args.num_envs // processes} envs"
     print(sizes)
@@ -889,27 +821,23 @@ def start_run(args: Args, rank: int, device: torch.device, ckpt: Optional[dict])
         wandb = importlib.import_module("wandb")
         project, entity = args.wandb_project_name, args.wandb_entity
         wandb.init(project=project, entity=entity, sync_tensorboard=True, config=vars(args))
-    # TensorBoard's writer thread dies on a full disk: the run's next write says it in one line
+    # TensorBoard's thread dies on a full disk, silently here: the next write says it in one line
     threading.excepthook = functools.partial(quiet_writer_thread, run.excepthook)
-    # a resumed run's log goes on in the same directory; TensorBoard hides what was logged after
-    # the checkpoint
-    writer = SummaryWriter(
-        args.run_dir, purge_step=None if ckpt is None else ckpt["global_step"] + 1
-    )
+    # a resumed run logs on in its directory: TensorBoard hides what came after the checkpoint
+    purge_step = None if ckpt is None else ckpt["global_step"] + 1
+    writer = SummaryWriter(args.run_dir, purge_step=purge_step)
     table = "\n".join(f"|{key}|{value}|" for key, value in vars(args).items())
     writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + table)
     return writer, run
 
 
 def quiet_writer_thread(excepthook: Callable, hook):
-    """threading.excepthook while a run runs: silent for TensorBoard's threads."""
     if not type(hook.thread).__module__.startswith("tensorboard."):
         excepthook(hook)
 
 
 def stop_signal(run, signum, frame):
-    """SIGTERM or Ctrl-C stops the run after this iteration; a second Ctrl-C stops it now, a second
-    SIGTERM kills it."""
+    """Stop after this iteration; a second Ctrl-C stops now, a second SIGTERM kills."""
     if signum == signal.SIGINT and run.signals:
         raise KeyboardInterrupt
     run.signals.append(signum)
@@ -917,7 +845,7 @@ def stop_signal(run, signum, frame):
 
 
 def gather(obj) -> Optional[list]:
-    """Every process's obj in rank order, on rank 0 (None on the others); [obj] in a plain run."""
+    """Every process's obj in rank order, on rank 0 (None elsewhere)."""
     if not dist.is_initialized():
         return [obj]
     objs = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
@@ -935,8 +863,7 @@ def ended_episodes(infos: dict, global_step: int) -> list:
 
 
 def log_episodes(writer: Optional[SummaryWriter], finished: list) -> list:
-    """Every process's `finished` episodes to TensorBoard (charts/episodic_return and _length, on
-    rank 0), in the order they ended; returns their returns."""
+    """Every process's `finished` episodes to TensorBoard, in order; returns their returns."""
     everywhere = gather(finished.copy())
     finished.clear()
     if writer is None:
@@ -949,44 +876,35 @@ def log_episodes(writer: Optional[SummaryWriter], finished: list) -> list:
 
 
 def means(totals: dict, count: int) -> dict:
-    """Each total / count, averaged over torchrun's processes: {name: float}."""
+    """{name: total / count}, averaged over torchrun's processes."""
     if count == 0:
         return {}
-    names = list(totals)
-    values = all_mean(torch.stack([totals[name] for name in names]) / count)
-    return dict(zip(names, values.tolist(), strict=True))
+    values = all_mean(torch.stack(list(totals.values())) / count)
+    return dict(zip(totals, values.tolist(), strict=True))
 
 
 def log_iteration(
-    args: Args, run, writer, optimizer, stats: dict, finished: list, global_step, iteration
+    args: Args, run, writer, optimizer, stats: dict, finished: list, step: int, i: int
 ):
-    """Every process's episodes, then (rank 0) the iteration's charts/ and losses/ to TensorBoard,
-    and its progress line."""
+    """Every process's episodes; on rank 0 the iteration's charts/ and losses/, and its progress."""
     run.recent_returns.extend(log_episodes(writer, finished))
     if writer is None:
         return
-    sps = int((global_step - run.first_step) / (time.time() - run.start_time))
-    writer.add_scalar("charts/learning_rate", float(optimizer.param_groups[0]["lr"]), global_step)
+    sps = int((step - run.first_step) / (time.time() - run.start_time))
+    writer.add_scalar("charts/learning_rate", float(optimizer.param_groups[0]["lr"]), step)
     losses = ["value_loss", "policy_loss", "entropy", "old_approx_kl", "approx_kl", "clipfrac"]
     for name in [*losses, "explained_variance"]:
         if name in stats:  # none where --target-kl skipped the whole update
-            writer.add_scalar(f"losses/{name}", stats[name], global_step)
-    writer.add_scalar("charts/SPS", sps, global_step)
-    print(progress(args, iteration, global_step, sps, run.recent_returns))
-
-
-def progress(args: Args, iteration: int, global_step: int, sps: int, recent_returns: deque) -> str:
-    """The progress line of an iteration: steps, speed, the mean return of the last 100 episodes."""
+            writer.add_scalar(f"losses/{name}", stats[name], step)
+    writer.add_scalar("charts/SPS", sps, step)
     recent = "n/a"
-    if recent_returns:
-        recent = f"{np.mean(recent_returns):.2f} ({len(recent_returns)} episodes)"
-    eta = (args.num_iterations - iteration) * args.batch_size / max(sps, 1) / 60  # minutes
-    where = f"iter {iteration}/{args.num_iterations} step {global_step}"
-    return f"{where} SPS {sps} return {recent} ETA {eta:.1f} min"
+    if run.recent_returns:
+        recent = f"{np.mean(run.recent_returns):.2f} ({len(run.recent_returns)} episodes)"
+    eta = (args.num_iterations - i) * args.batch_size / max(sps, 1) / 60
+    print(f"iter {i}/{args.num_iterations} step {step} SPS {sps} return {recent} ETA {eta:.1f} min")
 
 
-def diverged(args: Args, run, stats: dict, iteration: int) -> str:
-    """The error of a run whose loss is no longer finite."""
+def divergence_error(args: Args, run, stats: dict, iteration: int) -> str:
     loss, grad_norm = stats["loss"], stats["grad_norm"]
     error = f"the loss became {loss} (gradient norm {grad_norm}) at iteration {iteration}"
     if run.saved is None:
@@ -994,47 +912,40 @@ def diverged(args: Args, run, stats: dict, iteration: int) -> str:
     return f"{error}; {args.run_dir}/{args.exp_name}.pt keeps iteration {run.saved}"
 
 
-def end_of_iteration(
-    args: Args, run, agent, optimizer, envs, global_step: int, iteration: int, carry
-) -> bool:
-    """With --save-model, save every --save-every minutes, at the end, and where a signal stops the
-    run; True if a signal stops it."""
+def end_of_iteration(args: Args, run, agent, optimizer, envs, step: int, i: int, carry) -> bool:
+    """Save (--save-model) when due, at the end, or at a stop signal; True at a stop signal."""
     signum = run.signals[0] if run.signals else 0
     save_due = time.time() - run.saved_at >= 60 * args.save_every
     if dist.is_initialized():  # every process stops and saves where any one does
         due = torch.tensor([signum, save_due])
         dist.all_reduce(due, op=dist.ReduceOp.MAX)  # a CPU tensor: gloo, no device sync
         signum, save_due = int(due[0]), bool(due[1])
-    last = iteration == args.num_iterations
+    last = i == args.num_iterations
     saved = f", saved to {args.run_dir}/{args.exp_name}.pt" if args.save_model else ""
     if args.save_model and (signum or save_due or last):
-        save_checkpoint(args, run, agent, optimizer, envs, global_step, iteration, carry)
+        save_checkpoint(args, run, agent, optimizer, envs, step, i, carry)
         run.saved_at = time.time()
     if run.rank == 0 and (signum or last):
         end = f"stopped by {signal.Signals(signum).name}" if signum else "finished"
-        print(f"{end} after iteration {iteration}{saved}")
+        print(f"{end} after iteration {i}{saved}")
     return signum != 0
 
 
 def stop_reason(args: Args, run, exception: BaseException) -> Optional[str]:
-    """The error that a failed write (OSError) ends the run with; a second Ctrl-C
-    (KeyboardInterrupt) ends it without one, by its signal, the iteration in progress lost."""
-    path = f"{args.run_dir}/{args.exp_name}.pt"
+    """A failed write's error; none for a second Ctrl-C (its exit status says it)."""
     if isinstance(exception, KeyboardInterrupt):
         if run.rank == 0:
             kept = f"; the checkpoint keeps iteration {run.saved}" if run.saved else ""
             print(f"interrupted mid-iteration{kept}")
         return None
+    path = f"{args.run_dir}/{args.exp_name}.pt"
     then = f"--resume {path} continues after iteration {run.saved}" if run.saved else "run again"
     where = exception.filename or args.run_dir
     return f"{where!r}: {exception.strerror}; free space there, or make it writable; then {then}"
 
 
-def close_run(
-    args: Args, run, writer: Optional[SummaryWriter], envs, finished: list, error: Optional[str]
-):
-    """Close everything; exit 0 only for a finished run, else with the error, or 128 + the stop
-    signal (SIGTERM 143, Ctrl-C 130)."""
+def close_run(args: Args, run, writer, envs, finished: list, error: Optional[str]):
+    """Close everything; exit 0 only for a finished run (a stop signal: 128 + its number)."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -1070,8 +981,7 @@ def all_mean(x: torch.Tensor) -> torch.Tensor:
 
 
 def whole_mean_std(x: torch.Tensor) -> tuple:
-    """Mean and standard deviation of x pooled over every process's equal share of it (x.mean()
-    and x.std() in a plain run)."""
+    """Mean and std of x pooled over every process's share (x.mean(), x.std() in a plain run)."""
     if not dist.is_initialized():
         return x.mean(), x.std()
     mean = all_mean(x.mean())
@@ -1081,8 +991,7 @@ def whole_mean_std(x: torch.Tensor) -> tuple:
 
 
 def average_gradients(agent: nn.Module):
-    """Every gradient averaged over torchrun's processes, in one collective, so that they all take
-    the same step (nothing in a plain run)."""
+    """Every gradient averaged over torchrun's processes, in one collective: one step for all."""
     if dist.is_initialized():
         grads = [p.grad for p in agent.parameters()]
         flat = torch.cat([g.flatten() for g in grads])
@@ -1092,13 +1001,11 @@ def average_gradients(agent: nn.Module):
 
 
 def make_optimizer(args: Args, agent: nn.Module, device: torch.device) -> optim.Optimizer:
-    """Adam (eps 1e-5, as baselines' ppo2). With --cuda-graphs on CUDA, fused and capturable, so
-    that a recorded step can replay it, reading its learning rate from a tensor."""
+    """Adam (eps 1e-5, as ppo2); --cuda-graphs: fused, capturable, its learning rate a tensor."""
     graphs = args.cuda_graphs and device.type == "cuda"
     if args.cuda_graphs and not graphs:
         print("notice: --cuda-graphs needs CUDA; on the CPU the policy and the update run eagerly")
-    could_graph = args.target_kl is None and not dist.is_initialized()
-    if device.type == "cuda" and not graphs and could_graph:
+    if device.type == "cuda" and not (graphs or args.target_kl or dist.is_initialized()):
         print("notice: eager CUDA ran 1.7-4.0x slower than --cuda-graphs on an H200")
     if not graphs:
         return optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, foreach=True)
@@ -1107,7 +1014,7 @@ def make_optimizer(args: Args, agent: nn.Module, device: torch.device) -> optim.
 
 
 def cuda_graph(args: Args, device: torch.device, fn: Callable) -> Callable:
-    """fn recorded once in a CUDA graph and replayed, with --cuda-graphs on CUDA; else fn itself."""
+    """fn recorded in a CUDA graph (--cuda-graphs on CUDA), else fn itself."""
     return CudaGraph(fn) if args.cuda_graphs and device.type == "cuda" else fn
 
 
@@ -1120,11 +1027,8 @@ def set_learning_rate(optimizer: optim.Optimizer, lr: float):
 
 
 def load_optimizer(optimizer: optim.Optimizer, saved: dict):
-    """A saved Adam state into `optimizer`, which keeps its own options and the place of its
-    learning rate (a float, or the tensor a recorded step reads)."""
-    mine = {
-        name: optimizer.param_groups[0][name] for name in ("foreach", "fused", "capturable", "lr")
-    }
+    """A saved Adam state, the optimizer keeping its own options and learning rate's place."""
+    mine = {key: optimizer.param_groups[0][key] for key in ("foreach", "fused", "capturable", "lr")}
     groups = [{**group, **mine} for group in saved["param_groups"]]
     optimizer.load_state_dict({**saved, "param_groups": groups})
     optimizer.param_groups[0]["lr"] = mine["lr"]  # the very tensor: load_state_dict copied it
@@ -1132,19 +1036,16 @@ def load_optimizer(optimizer: optim.Optimizer, saved: dict):
 
 
 def walk(fn: Callable, item, *like):
-    """fn(tensor, *its counterparts in `like`) for each tensor in item, through tuples nested to any
-    depth (ppo_rnn.py's state), in a tuple of the same shape; anything else as it is."""
+    """fn(tensor, *its counterparts in like) for each tensor in nested tuples (ppo_rnn.py's)."""
     if isinstance(item, tuple):
         return tuple(walk(fn, *parts) for parts in zip(item, *like, strict=True))
     return fn(item, *like) if isinstance(item, torch.Tensor) else item
 
 
 class CudaGraph:
-    """fn(*args) recorded once in a CUDA graph and replayed: one launch instead of one per kernel.
-    The first `warmup` calls run eagerly on a side stream; the next records fn on copies of its
-    tensor arguments, into which each later call copies its own before the replay. The outputs are
-    the recorded tensors, overwritten by the next call: use them before it. fn must do the same
-    work on every call, with no branch on a tensor's value."""
+    """fn(*args) recorded once in a CUDA graph, then replayed on each call's tensors copied into
+    the recorded ones: one launch, not one per kernel. The outputs are overwritten by the next
+    call. fn may not branch on a tensor's value."""
 
     def __init__(self, fn: Callable, warmup: int = 3):
         self.fn = fn
@@ -1173,18 +1074,18 @@ class CudaGraph:
 if __name__ == "__main__":
     # ARGUMENTS AND START-UP
     args = tyro.cli(Args)
-    # checks; torchrun's processes; --resume and --eval-checkpoint: the checkpoint's settings
+    # checks, torchrun; --resume and --eval-checkpoint: the checkpoint's settings
     rank, world_size, device, ckpt = start_up(args)
     args.batch_size = args.num_envs * args.num_steps
     args.minibatch_size = args.batch_size // args.num_minibatches
     args.num_iterations = args.total_timesteps // args.batch_size
-    # under torchrun each process steps its share of the envs: local sizes without `args.`
+    # this process's share (under torchrun): sizes without `args.`
     num_envs = args.num_envs // world_size
     batch_size = args.batch_size // world_size
     minibatch_size = args.minibatch_size // world_size
 
     # SEEDING
-    random.seed(args.seed + rank)  # each process its own streams (rank 0's are a plain run's)
+    random.seed(args.seed + rank)  # rank 0's streams are a plain run's
     np.random.seed(args.seed + rank)
     torch.manual_seed(args.seed + rank)
     torch.backends.cudnn.deterministic = args.torch_deterministic
@@ -1196,14 +1097,14 @@ if __name__ == "__main__":
     agent = Agent(envs).to(device)
     if args.eval_checkpoint is not None:
         evaluate(args, agent, envs, ckpt, device)  # plays the saved agent instead, and exits
-    optimizer = make_optimizer(args, agent, device)
-    # with --cuda-graphs on CUDA each is recorded once and replayed; else the function itself
+    optimizer = make_optimizer(args, agent, device)  # Adam, eps 1e-5
+    # --cuda-graphs on CUDA: each recorded once, then replayed (outputs overwritten by the next)
     get_action_and_value = cuda_graph(args, device, agent.get_action_and_value)
     update_minibatch = cuda_graph(args, device, update_minibatch)
 
     # STORAGE
     # dones[t] = 1 where obs[t] is the first observation of a new episode (step t-1 ended one).
-    # rewards and dones come from the envs: on the host until GAE, pinned on CUDA
+    # rewards and dones stay on the host, where the envs put them
     storage_shape = (args.num_steps, num_envs)
     pinned = device.type == "cuda"
     obs_shape = envs.single_observation_space.shape
@@ -1215,24 +1116,24 @@ if __name__ == "__main__":
     values = torch.zeros(storage_shape, device=device)  # (num_steps, num_envs)
     serves = torch.zeros(storage_shape, pin_memory=pinned)  # (num_steps, num_envs): 1 on a serve
 
-    # env i is seeded seed + i: rank r's envs take the seeds after those of ranks 0 to r-1
+    # env i is seeded seed + i: rank r's envs take the seeds after those of ranks below r
     next_obs, _ = envs.reset(seed=args.seed + rank * num_envs)
     envs.action_space.seed(args.seed + rank)
     next_obs = torch.as_tensor(next_obs, dtype=obs.dtype, device=device)  # (num_envs, *obs_shape)
     next_done = torch.zeros(num_envs)  # (num_envs,), on the host
-    # what one iteration hands the next; --resume: the checkpoint's, the envs mid-episode
+    # what one iteration hands the next (--resume: the checkpoint's)
     carry = (next_obs, next_done)
     global_step, start_iteration, carry = restore(args, ckpt, rank, agent, optimizer, envs, carry)
     next_obs, next_done = carry
 
     # LOGGING
     writer, run = start_run(args, rank, device, ckpt)  # rank 0: --run-dir, TensorBoard (or None)
-    finished = []  # (global_step, return, length) of this process's episodes since the last log
-    error = None  # why the run stopped early: a NaN, a failed write
+    finished = []  # (global_step, return, length) of this process's episodes to log
+    error = None  # why the run stopped early
     try:
         for iteration in range(start_iteration, args.num_iterations + 1):
             # LEARNING-RATE ANNEALING
-            if args.anneal_lr:
+            if args.anneal_lr:  # in place: a recorded step reads the rate from a tensor
                 frac = 1.0 - (iteration - 1.0) / args.num_iterations
                 set_learning_rate(optimizer, frac * args.learning_rate)
 
@@ -1279,7 +1180,7 @@ if __name__ == "__main__":
             # UPDATE
             batch = (b_obs, b_logprobs, b_actions, b_advantages, b_returns, b_values, b_serves)
             b_inds = np.arange(batch_size)
-            totals = {}  # each statistic of the update, summed over its minibatch steps
+            totals = {}  # each statistic, summed over the update's steps
             num_updates = 0
             stopped = False  # by --target-kl: the rest of this update is skipped
             for _epoch in range(args.update_epochs):
@@ -1301,18 +1202,17 @@ if __name__ == "__main__":
             # LOGGING
             stats = means(totals, num_updates)  # over the update's steps (and torchrun's processes)
             if not all(np.isfinite(value) for value in stats.values()):
-                error = diverged(args, run, stats, iteration)
+                error = divergence_error(args, run, stats, iteration)
                 break
-            y_pred, y_true = b_values.cpu().numpy(), b_returns.cpu().numpy()  # this process's share
+            y_pred, y_true = b_values.cpu().numpy(), b_returns.cpu().numpy()
             var_y = np.var(y_true)
-            stats["explained_variance"] = (
-                np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
-            )
+            explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
+            stats["explained_variance"] = explained_var
             log_iteration(args, run, writer, optimizer, stats, finished, global_step, iteration)
             carry = (next_obs, next_done)  # what the next iteration takes from this one
             if end_of_iteration(args, run, agent, optimizer, envs, global_step, iteration, carry):
                 break  # a stop signal (saved with --save-model)
-    except (KeyboardInterrupt, OSError) as e:  # a second Ctrl-C; a write that failed
+    except (KeyboardInterrupt, OSError) as e:  # a second Ctrl-C, a failed write
         error = stop_reason(args, run, e)
 
     # CLOSE

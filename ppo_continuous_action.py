@@ -1,14 +1,13 @@
-"""PPO for continuous actions (MuJoCo): a Gaussian policy, VecNormalize saved with the agent.
+"""PPO for continuous actions (MuJoCo): a Gaussian policy, VecNormalize saved with it.
 
     python ppo_continuous_action.py               # HalfCheetah-v5, 1M steps: 10 min on 2 cores
     python ppo_continuous_action.py --env-id Hopper-v5 --seed 2 --save-model
     python ppo_continuous_action.py --eval-checkpoint runs/<run>/ppo_continuous_action.pt
 
 Schulman et al. 2017 (arXiv:1707.06347) with every detail of "The 32 Implementation Details of
-PPO" (Huang and Dossa, 2020), on gymnasium 1.x: a time-limit truncation bootstraps
-gamma * V(final_obs) (`--no-bootstrap-truncation`: treated as termination). Read down to
-`evaluate`, then `__main__`; the run management between them can be skipped. Checkpoints are
-pickles: load only those you trust.
+PPO" (Huang and Dossa, 2020), on gymnasium 1.x, where a time-limit truncation bootstraps
+gamma * V(final_obs). Read down to `evaluate`, then `__main__`: the run management between them
+can be skipped. Checkpoints are pickles: load only those you trust.
 """
 
 import contextlib
@@ -42,12 +41,12 @@ from gymnasium.envs.mujoco.mujoco_env import MujocoEnv
 from gymnasium.wrappers.utils import RunningMeanStd
 from torch.utils.tensorboard import SummaryWriter
 
-# MuJoCo 4 warns of a deprecated attribute in gymnasium's HalfCheetah at every load: not shown
+# MuJoCo 4 warns of a deprecated attribute at every HalfCheetah load: not shown
 mujoco.set_mju_user_warning(
     lambda msg: None if "settotalmass" in msg else print(f"MuJoCo: {msg}", file=sys.stderr)
 )
 if importlib.util.find_spec("shimmy"):  # the DeepMind Control Suite's dm_control/* ids
-    if not os.environ.get("DISPLAY"):  # headless: dm_control picks its renderer on import, EGL here
+    if not os.environ.get("DISPLAY"):  # headless: EGL, which dm_control picks on import
         os.environ.setdefault("MUJOCO_GL", "egl")
     gym.register_envs(importlib.import_module("shimmy"))
 
@@ -61,7 +60,7 @@ class Args:
     torch_deterministic: bool = True
     """if toggled, `torch.backends.cudnn.deterministic=True`"""
     cuda: bool = True
-    """if toggled, cuda will be used when available (CPU otherwise, with a notice)"""
+    """if toggled, cuda will be used where available"""
     cuda_graphs: bool = False
     """on CUDA, replay the policy's forward and the minibatch step from CUDA graphs (fused Adam)"""
     track: bool = False
@@ -77,11 +76,11 @@ class Args:
     save_every: float = 10.0
     """with --save-model, also save every this many minutes (0: after every iteration)"""
     run_dir: Optional[str] = None
-    """the run's directory for TensorBoard and the checkpoint (default: `runs/{run_name}`)"""
+    """the directory of the TensorBoard log and checkpoint (default: `runs/{run_name}`)"""
     resume: Optional[str] = None
     """a checkpoint to continue, with its settings (`auto`: the one in --run-dir, if any)"""
     eval_checkpoint: Optional[str] = None
-    """path of a checkpoint to evaluate instead of training, on the env it was trained on"""
+    """a checkpoint to evaluate instead of training, on the env it was trained on"""
     eval_episodes: int = 10
     """the number of episodes to play with `--eval-checkpoint`"""
     eval_greedy: bool = False
@@ -120,13 +119,13 @@ class Args:
     max_grad_norm: float = 0.5
     """the maximum norm for the gradient clipping"""
     target_kl: Optional[float] = None
-    """skip the rest of an iteration's update at the first minibatch whose approx KL exceeds it"""
+    """the target KL divergence threshold"""
     bootstrap_truncation: bool = True
     """bootstrap gamma * V(final_obs) at time-limit truncations (off: treat them as termination)"""
     norm_obs: bool = True
-    """normalize observations by their running mean and variance, clipped to [-10, 10]"""
+    """normalize observations by their running mean and variance"""
     norm_reward: bool = True
-    """divide rewards by the running std of the discounted return, clipped to [-10, 10]"""
+    """divide rewards by the running standard deviation of the discounted return"""
 
     batch_size: tyro.conf.Suppress[int] = 0
     """the batch size (computed in runtime, not a flag)"""
@@ -139,7 +138,7 @@ class Args:
 def make_env(env_id: str, idx: int, capture_video: bool, run_name: str):
     def thunk():
         if capture_video and idx == 0:
-            if not os.environ.get("DISPLAY"):  # headless: EGL (child processes inherit it)
+            if not os.environ.get("DISPLAY"):  # headless: EGL
                 os.environ.setdefault("MUJOCO_GL", "egl")
             env = gym.make(env_id, render_mode="rgb_array")
             env = gym.wrappers.RecordVideo(env, f"videos/{run_name}")
@@ -155,18 +154,15 @@ def make_env(env_id: str, idx: int, capture_video: bool, run_name: str):
 
 
 def flatten_dm_control(env: gym.Env) -> gym.Env:
-    """A dm_control env's Dict observations as one vector, in an env that pickles whole (for exact
-    resume): no local function (FlattenObservation's lambda, its spec's entry point) in it."""
+    """Dict observations as one vector, in an env that pickles whole (no lambda): exact resume."""
     env.unwrapped.spec = None
-    flatten = functools.partial(gym.spaces.flatten, env.observation_space)
-    return gym.wrappers.TransformObservation(
-        env, flatten, gym.spaces.flatten_space(env.observation_space)
-    )
+    space = env.observation_space
+    flatten = functools.partial(gym.spaces.flatten, space)
+    return gym.wrappers.TransformObservation(env, flatten, gym.spaces.flatten_space(space))
 
 
 class MujocoState(gym.Wrapper):
-    """Pickles the simulation mid-episode, for exact resume (gymnasium's MuJoCo envs pickle only
-    their arguments)."""
+    """Pickles the simulation mid-episode, for exact resume (gymnasium pickles the arguments)."""
 
     def __getstate__(self):
         return {**self.__dict__, "simulation": (self.unwrapped.data, self.unwrapped.np_random)}
@@ -178,29 +174,25 @@ class MujocoState(gym.Wrapper):
 
 
 class NormalizeVector(gym.vector.VectorWrapper):
-    """baselines' VecNormalize for a SAME_STEP vector env: observations (final ones too) by their
-    running mean and variance, rewards by the running std of the discounted return, both clipped
-    to [-10, 10]. One set of statistics for all envs (and torchrun's processes), as baselines';
-    CleanRL's gymnasium wrappers keep one per env. `frozen` in evaluation. Actions are clipped to
-    their bounds on the way to the env; the batch keeps the unclipped sample."""
+    """baselines' VecNormalize, one set of statistics for all envs (CleanRL's: one per env), both
+    clipped to [-10, 10]. Actions are clipped on the way to the env, not in the batch."""
 
-    checkpointed = ("obs_rms", "return_rms", "discounted_return")  # what a checkpoint keeps
+    checkpointed = ("obs_rms", "return_rms", "discounted_return")
 
     def __init__(self, env: gym.vector.SyncVectorEnv, args: Args):
         super().__init__(env)
-        self.envs = env.envs  # the sub-envs, as SyncVectorEnv's: what a checkpoint pickles
+        self.envs = env.envs  # pickled by checkpoints
         self.gamma = args.gamma
         self.norm_obs = args.norm_obs
         self.norm_reward = args.norm_reward
-        self.frozen = args.eval_checkpoint is not None  # evaluation: training's statistics
+        self.frozen = args.eval_checkpoint is not None  # evaluation keeps training's
         self.obs_rms = RunningMeanStd(shape=self.single_observation_space.shape)
         self.return_rms = RunningMeanStd(shape=())
         self.discounted_return = np.zeros(self.num_envs)
 
     @staticmethod
     def update(rms: RunningMeanStd, x: np.ndarray):
-        """rms.update(x), the same numbers without np.var's overhead; under torchrun, with the
-        moments of every process's x."""
+        """rms.update(x), faster; under torchrun, with every process's x."""
         mean = all_mean(torch.as_tensor(x.mean(0))).numpy()
         var = all_mean(torch.as_tensor(((x - mean) ** 2).mean(0))).numpy()
         count = len(x) * (dist.get_world_size() if dist.is_initialized() else 1)
@@ -227,7 +219,7 @@ class NormalizeVector(gym.vector.VectorWrapper):
             self.discounted_return = self.discounted_return * self.gamma + reward
             self.update(self.return_rms, self.discounted_return)
         self.discounted_return[terminations | truncations] = 0
-        # the bootstrap's V(final_obs) sees the final observation as V sees every other
+        # normalized too: the bootstrap's V(final_obs) sees what V sees
         for i in np.flatnonzero(infos.get("_final_obs", [])):
             infos["final_obs"][i] = self.normalize(infos["final_obs"][i])
         if self.norm_reward:
@@ -236,24 +228,22 @@ class NormalizeVector(gym.vector.VectorWrapper):
 
 
 def make_vector_env(args: Args, num_envs: int, rank: int) -> gym.vector.VectorEnv:
-    """SAME_STEP autoreset: an episode's last step returns the next one's first observation, the
-    real last one in infos["final_obs"]; no step of the batch is spent on a reset."""
-    run_name = os.path.basename(args.run_dir)  # videos/{run_name}
-    thunks = [
-        make_env(args.env_id, i, args.capture_video and rank == 0, run_name)
-        for i in range(num_envs)
-    ]
+    """SAME_STEP autoreset: a last step returns the next episode's first observation (the real
+    last one in infos["final_obs"]), and no step is spent on a reset."""
+    video = args.capture_video and rank == 0
+    run_name = os.path.basename(args.run_dir)
+    thunks = [make_env(args.env_id, i, video, run_name) for i in range(num_envs)]
     envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
     return NormalizeVector(envs, args)
 
 
 def check_env(args: Args):
-    """Fail before anything is written if the env is unknown or not of this script's kind."""
+    """Fail, before anything is written, where the env is unknown or of another kind."""
     env_id = args.env_id
     if env_id.startswith("dm_control/") and importlib.util.find_spec("shimmy") is None:
-        fail(f"{env_id} needs dm-control and shimmy: the venv of requirements-dmc.txt (README)")
+        fail(f"{env_id} needs dm-control and shimmy: the venv of requirements-dmc.txt")
     try:
-        env = make_env(env_id, 0, False, "check")()  # as the run makes it (DMC: flattened)
+        env = make_env(env_id, 0, False, "check")()  # as the run makes it
     except gym.error.Error as e:
         if "NoFrameskip" in env_id or env_id.startswith("ALE/"):
             fail(f"{env_id} is an Atari game; use ppo_atari.py for it")
@@ -266,11 +256,8 @@ def check_env(args: Args):
         fail(f"{env_id} has discrete actions; use ppo.py for it (ppo_atari.py for Atari)")
     if not isinstance(actions, gym.spaces.Box):
         fail(f"{env_id} has {type(actions).__name__} actions; this script needs Box ones")
-    shape = getattr(observations, "shape", None)
-    if isinstance(observations, gym.spaces.Box) and len(shape) in (2, 3):
-        fail(f"{env_id} has image observations of shape {shape}; use ppo_atari.py for images")
-    if not isinstance(observations, gym.spaces.Box) or len(shape) != 1:
-        fail(f"{env_id} observations are {observations}, not a flat Box; flatten them")
+    if not isinstance(observations, gym.spaces.Box) or len(observations.shape) != 1:
+        fail(f"{env_id} observes {observations}, not a flat Box (images: use ppo_atari.py)")
 
 
 def layer_init(layer: nn.Linear, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Linear:
@@ -304,26 +291,25 @@ class Agent(nn.Module):
         return self.critic(x).squeeze(-1)  # (B,)
 
     def get_action_and_value(self, x: torch.Tensor, action: Optional[torch.Tensor] = None):
-        # Normal(action_mean, action_std)'s sample, log_prob and entropy written out: the same
-        # numbers in a third of the time
+        # Normal's sample, log_prob and entropy written out: the same numbers, faster
         action_mean = self.actor(x)  # (B, act_dim)
         action_std = self.actor_logstd.expand_as(action_mean).exp()
         if action is None:
-            with torch.no_grad():  # torch.normal's numbers, without a sync with the host
+            with torch.no_grad():  # torch.normal's numbers, no host sync
                 action = action_mean + action_std * torch.randn_like(action_mean)
         log_std = action_std.log()
-        squared_error = -((action - action_mean) ** 2) / (2 * action_std**2)
-        logprob = (squared_error - log_std - math.log(math.sqrt(2 * math.pi))).sum(1)
+        exponent = -((action - action_mean) ** 2) / (2 * action_std**2)  # the density's
+        logprob = (exponent - log_std - math.log(math.sqrt(2 * math.pi))).sum(1)
         entropy = (0.5 + 0.5 * math.log(2 * math.pi) + log_std).sum(1)
-        # (B, act_dim) action, unclipped (the env clips it); (B,) log-prob and entropy, summed
-        # over the action's dimensions; (B,) value
+        # (B, act_dim) action, unclipped; (B,) log-prob, entropy (sums over dims) and value
         return action, logprob, entropy, self.critic(x).squeeze(-1)
 
 
 def compute_gae(rewards, values, dones, next_value, next_done, gamma: float, gae_lambda: float):
-    """GAE(gamma, lambda) over a (num_steps, num_envs) rollout: (advantages, returns). dones[t] = 1
-    cuts the trace between t-1 and t; next_* belong to the observation after the rollout."""
-    rewards, dones, next_done = (x.to(values.device) for x in (rewards, dones, next_done))
+    """GAE over a (num_steps, num_envs) rollout: (advantages, returns). dones[t] = 1 cuts the trace
+    between t-1 and t; next_* belong to the observation after the rollout."""
+    rewards, dones = rewards.to(values.device), dones.to(values.device)  # from the host
+    next_done = next_done.to(values.device)
     # row t: what follows step t (row t + 1; after the last step, next_*)
     nextnonterminal = 1.0 - torch.cat((dones[1:], next_done[None]))  # (num_steps, num_envs)
     nextvalues = torch.cat((values[1:], next_value[None]))
@@ -339,20 +325,22 @@ def compute_gae(rewards, values, dones, next_value, next_done, gamma: float, gae
 def bootstrap_truncation(
     args: Args, agent: Agent, reward, terminations, truncations, infos, rnn_state=None
 ):
-    """reward += gamma * V(final_obs), in place, where a time limit cut an episode short: the MDP
-    goes on past it (Pardo et al. 2018, arXiv:1712.00378). Terminations get nothing."""
+    """The reward plus gamma * V(final_obs) where a time limit cut an episode short: the MDP goes
+    on (Pardo et al. 2018, arXiv:1712.00378). A termination gets nothing."""
     trunc = np.flatnonzero(truncations & ~terminations)
     if not args.bootstrap_truncation or len(trunc) == 0:
-        return
-    parameter = next(agent.parameters())
-    final_obs = np.stack(infos["final_obs"][trunc])
-    final_obs = torch.as_tensor(final_obs, dtype=parameter.dtype, device=parameter.device)
+        return reward
+    device = next(agent.parameters()).device
+    final_obs = torch.tensor(
+        np.stack(infos["final_obs"][trunc]), dtype=torch.float32, device=device
+    )
     with torch.inference_mode():
         if rnn_state is None:
             final_value = agent.get_value(final_obs)
-        else:  # ppo_rnn.py: each cut episode goes on from its env's recurrent state
+        else:  # ppo_rnn.py: from the recurrent state of each cut episode
             final_value = agent.get_value(final_obs, tuple(s[:, trunc] for s in rnn_state))
         reward[trunc] += args.gamma * final_value.cpu().numpy()
+    return reward
 
 
 def policy_loss(advantages: torch.Tensor, ratio: torch.Tensor, clip_coef: float) -> torch.Tensor:
@@ -376,7 +364,7 @@ def value_loss(newvalue, values, returns, clip_coef: Optional[float]) -> torch.T
 def update_minibatch(args: Args, agent: Agent, optimizer: optim.Optimizer, minibatch: tuple):
     """One gradient step on a minibatch (rows of the b_* tensors): its statistics by name, or None,
     without a step, once the approximate KL passes --target-kl. all_mean, whole_mean_std and
-    average_gradients pool over torchrun's processes (in a plain run: x, mean and std, nothing)."""
+    average_gradients pool over torchrun's processes (plain run: no-ops)."""
     mb_obs, mb_logprobs, mb_actions, mb_advantages, mb_returns, mb_values = minibatch
     _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb_obs, mb_actions)
     assert newlogprob.shape == newvalue.shape == mb_returns.shape  # (minibatch,): no broadcasting
@@ -388,7 +376,7 @@ def update_minibatch(args: Args, agent: Agent, optimizer: optim.Optimizer, minib
         old_approx_kl = all_mean((-logratio).mean())
         approx_kl = all_mean(((ratio - 1) - logratio).mean())
         clipfrac = ((ratio - 1.0).abs() > args.clip_coef).float().mean()
-    # checked before each step (CleanRL: after each epoch), so that no step passes the limit
+    # checked before each step (CleanRL: after each epoch); a branch no CUDA graph records
     if args.target_kl is not None and approx_kl > args.target_kl:
         return None
 
@@ -397,9 +385,8 @@ def update_minibatch(args: Args, agent: Agent, optimizer: optim.Optimizer, minib
         mb_advantages = (mb_advantages - mb_mean) / (mb_std + 1e-8)
 
     pg_loss = policy_loss(mb_advantages, ratio, args.clip_coef)
-    v_loss = value_loss(
-        newvalue, mb_values, mb_returns, args.clip_coef if args.clip_vloss else None
-    )
+    v_clip = args.clip_coef if args.clip_vloss else None
+    v_loss = value_loss(newvalue, mb_values, mb_returns, v_clip)
     entropy_loss = entropy.mean()
     loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
 
@@ -408,34 +395,24 @@ def update_minibatch(args: Args, agent: Agent, optimizer: optim.Optimizer, minib
     average_gradients(agent)
     grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
     optimizer.step()
-    stats = {
-        "policy_loss": pg_loss,
-        "value_loss": v_loss,
-        "entropy": entropy_loss,
-        "old_approx_kl": old_approx_kl,
-        "approx_kl": approx_kl,
-        "clipfrac": clipfrac,
-        "loss": loss,
-        "grad_norm": grad_norm,
-    }
+    stats = dict(policy_loss=pg_loss, value_loss=v_loss, entropy=entropy_loss, loss=loss)
+    stats.update(old_approx_kl=old_approx_kl, approx_kl=approx_kl, clipfrac=clipfrac)
+    stats.update(grad_norm=grad_norm)
     return {name: value.detach() for name, value in stats.items()}
 
 
-def evaluate(
-    args: Args, agent: Agent, envs: gym.vector.VectorEnv, ckpt: dict, device: torch.device
-):
-    """Play --eval-episodes episodes with the checkpoint's agent (--eval-greedy: its most likely
-    action), print their returns, and exit."""
+def evaluate(args: Args, agent: Agent, envs, ckpt: dict, device: torch.device):
+    """Play --eval-episodes episodes with the saved agent (--eval-greedy: its likeliest action)."""
     if int(os.environ.get("RANK", 0)) == 0:
-        load_for_evaluation(agent, envs, ckpt, args.eval_checkpoint)
-        torch.manual_seed(args.seed)  # sampled actions: the same seed plays the same episodes
+        load_agent(agent, envs, ckpt, args.eval_checkpoint)
+        torch.manual_seed(args.seed)  # the same seed plays the same episodes
         obs, _ = envs.reset(seed=args.seed)
         returns = []
         while len(returns) < args.eval_episodes:
             with torch.inference_mode():
                 x = torch.as_tensor(obs, dtype=torch.float32, device=device)
                 if args.eval_greedy:
-                    action = agent.actor(x)  # the mean
+                    action = agent.actor(x)
                 else:
                     action, _, _, _ = agent.get_action_and_value(x)
             obs, _, _, _, infos = envs.step(action.cpu().numpy())
@@ -444,10 +421,8 @@ def evaluate(
                 print(f"eval episode {len(returns)}: return {episode_return:.2f}")
         how = "greedy" if args.eval_greedy else "sampled"
         mean, std = np.mean(returns), np.std(returns)
-        print(
-            f"eval: {len(returns)} episodes ({how}), return {mean:.2f} ± {std:.2f}"
-            + videos(args, envs)
-        )
+        summary = f"eval: {len(returns)} episodes ({how}), return {mean:.2f} ± {std:.2f}"
+        print(summary + end_recording(args, envs))
     envs.close()
     raise SystemExit(0)
 
@@ -458,9 +433,7 @@ def evaluate(
 # (tests/test_drift.py pins it), no part of the algorithm: a first reading can skip it.
 # ==================================================================================================
 
-CHECKPOINT_FORMAT = (
-    3  # raised whenever what a checkpoint holds changes; another format gets an error
-)
+CHECKPOINT_FORMAT = 3  # raised whenever what a checkpoint holds changes
 # how a run runs and is recorded: what --resume and --eval-checkpoint may change
 MAY_CHANGE_ON_RESUME = (
     "exp_name seed torch_deterministic cuda track wandb_project_name wandb_entity capture_video "
@@ -469,8 +442,7 @@ MAY_CHANGE_ON_RESUME = (
 
 
 def fail(message: str) -> NoReturn:
-    """Stop with a one-line error instead of a traceback; under torchrun every process stops, and
-    rank 0 says why."""
+    """Stop with a one-line error; under torchrun every process stops, and rank 0 says why."""
     says = os.environ.get("RANK" if dist.is_initialized() else "LOCAL_RANK", "0") == "0"
     if dist.is_initialized():
         dist.destroy_process_group()  # now, not during interpreter shutdown
@@ -480,43 +452,37 @@ def fail(message: str) -> NoReturn:
 def check_args(args: Args):
     positive = ["total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs"]
     positive += ["eval_episodes", "learning_rate", "clip_coef", "max_grad_norm", "target_kl"]
-    for name in positive:
-        value = getattr(args, name)
-        if value is not None and not value > 0:
-            fail(f"--{name.replace('_', '-')} must be positive, got {value}")
-    for name in ("ent_coef", "vf_coef", "save_every"):
-        if not getattr(args, name) >= 0:
-            fail(f"--{name.replace('_', '-')} must be non-negative, got {getattr(args, name)}")
-    for name in ("gamma", "gae_lambda"):
-        if not 0 <= getattr(args, name) <= 1:
-            fail(f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(args, name)}")
+    for name, value in vars(args).items():
+        flag = f"--{name.replace('_', '-')}"
+        if name in positive and value is not None and not value > 0:
+            fail(f"{flag} must be positive, got {value}")
+        if name in ("ent_coef", "vf_coef", "save_every") and not value >= 0:
+            fail(f"{flag} must be non-negative, got {value}")
+        if name in ("gamma", "gae_lambda") and not 0 <= value <= 1:
+            fail(f"{flag} must be in [0, 1], got {value}")
     if args.capture_video and importlib.util.find_spec("moviepy") is None:
         missing = "--capture-video writes videos with moviepy, which does not import here"
         fail(f"{missing}; pip install moviepy")
     check_env(args)  # the env's kind, and what this script's domain adds to these checks
     batch_size = args.num_envs * args.num_steps
     processes = int(os.environ.get("WORLD_SIZE", 1))  # under torchrun, each steps a share
-    if batch_size % args.num_minibatches:
-        size = f"num_envs * num_steps = {batch_size}"
-        fail(f"{size} is not divisible by --num-minibatches {args.num_minibatches}")
-    if args.norm_adv and batch_size // args.num_minibatches < 2:
-        fix = "use fewer --num-minibatches or --no-norm-adv"
-        fail(f"a minibatch of 1 sample cannot normalize advantages; {fix}")
+    batch = f"num_envs * num_steps = {batch_size}"
+    minibatches = args.num_minibatches
+    if batch_size % minibatches:
+        fail(f"{batch} is not divisible by --num-minibatches {minibatches}")
+    if args.norm_adv and batch_size // minibatches < 2:
+        fail("a minibatch of 1 sample cannot normalize advantages; use fewer --num-minibatches")
     if args.eval_checkpoint is None and args.total_timesteps < batch_size:
-        total = args.total_timesteps
-        batch = f"one batch (num_envs * num_steps = {batch_size})"
-        fail(f"--total-timesteps {total} is less than {batch}")
-    if args.num_envs % processes or batch_size // processes % args.num_minibatches:
+        fail(f"--total-timesteps {args.total_timesteps} is less than one batch ({batch})")
+    if args.num_envs % processes or batch_size // processes % minibatches:
         split = f"{processes} processes of whole minibatches"
         fail(f"--num-envs {args.num_envs} does not split into {split}")
     if args.cuda_graphs and (args.target_kl is not None or processes > 1):
-        cannot = "it cannot stop at --target-kl or average over processes"
-        fail(f"--cuda-graphs records the whole minibatch step: {cannot}")
+        fail("--cuda-graphs records the whole minibatch step: no --target-kl, no torchrun")
 
 
 def start_up(args: Args) -> tuple:
-    """Checks, the checkpoint of --resume or --eval-checkpoint (its settings into args), torchrun's
-    process group: (rank, world_size, device, ckpt)."""
+    """Checks, the checkpoint's settings into args, torchrun: (rank, world_size, device, ckpt)."""
     ckpt, error = None, None
     try:
         ckpt = from_checkpoint(args)
@@ -528,12 +494,10 @@ def start_up(args: Args) -> tuple:
     cuda = args.cuda and torch.cuda.is_available()
     gpus = torch.cuda.device_count() if cuda else 0
     if cuda and int(os.environ.get("LOCAL_WORLD_SIZE", 1)) > gpus:  # the group could not start
-        fail(
-            f"more processes than the {gpus} GPU(s) here; lower --nproc-per-node, or pass --no-cuda"
-        )
-    device = (
-        torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else torch.device("cpu")
-    )
+        fix = "lower --nproc-per-node, or pass --no-cuda"
+        fail(f"more processes than the {gpus} GPU(s) here; {fix}")
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
     if world_size > 1:
         error = start_process_group(args, rank, world_size, cuda, error)
     if error is not None:
@@ -549,7 +513,7 @@ def start_up(args: Args) -> tuple:
 
 
 def start_process_group(args: Args, rank: int, world_size: int, cuda: bool, error) -> Optional[str]:
-    """torchrun's process group; the first error of any process (or arguments that differ)."""
+    """torchrun's group; the first error of any process, or arguments that differ."""
     importlib.import_module("torch._dynamo")  # else torch.optim imports it later, holding the group
     # torchrun --max-restarts keeps its store: this attempt's keys apart from the dead attempts'
     attempt = f"restart{os.environ.get('TORCHELASTIC_RESTART_COUNT', 0)}"
@@ -567,14 +531,12 @@ def start_process_group(args: Args, rank: int, world_size: int, cuda: bool, erro
 
 
 def from_checkpoint(args: Args) -> Optional[dict]:
-    """The checkpoint of --resume or --eval-checkpoint, or None; the run takes its settings where
-    no flag differs."""
+    """The checkpoint of --resume or --eval-checkpoint (or None); its settings into args."""
     model_path = f"{args.run_dir}/{args.exp_name}.pt"
     if args.resume == "auto" and (args.run_dir is None or not args.save_model):
         fix = "pass --run-dir DIR and --save-model"
         fail(f"--resume auto continues the checkpoint in --run-dir: {fix}")
-    # --resume auto: a restart of the same command line, from its checkpoint where it wrote one
-    if args.resume == "auto":
+    if args.resume == "auto":  # a restart of the same command line: its checkpoint, if it wrote one
         args.resume = model_path if os.path.exists(model_path) else None
     elif args.resume is None and args.eval_checkpoint is None and os.path.exists(model_path):
         fix = "continue it with --resume auto, or pass another --run-dir"
@@ -588,13 +550,13 @@ def from_checkpoint(args: Args) -> Optional[dict]:
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as e:
-        error = type(e).__name__
-        fail(f"checkpoint {path!r} could not be read ({error}); it is corrupt or not a checkpoint")
+        fail(f"checkpoint {path!r} could not be read ({type(e).__name__}); it is corrupt")
     if isinstance(ckpt, dict) and ckpt.get("script", script) != script:
         fail(f"{path!r} was saved by {ckpt['script']}, not {script}; run it with {ckpt['script']}")
     parts = {"format", "args", "agent", "optimizer", "global_step", "iteration", "ranks"}
-    whole = isinstance(ckpt, dict) and parts <= ckpt.keys()
-    if not whole or ckpt["format"] != CHECKPOINT_FORMAT:
+    if not (
+        isinstance(ckpt, dict) and parts <= ckpt.keys() and ckpt["format"] == CHECKPOINT_FORMAT
+    ):
         fail(
             f"{path!r} is not a whole checkpoint of this {script}; pass one its --save-model wrote"
         )
@@ -618,25 +580,18 @@ def from_checkpoint(args: Args) -> Optional[dict]:
     return ckpt
 
 
-def load_agent(agent: nn.Module, ckpt: dict, path: str):
-    """The checkpoint's parameters into `agent`, or a one-line error where they do not fit it."""
+def load_agent(agent: nn.Module, envs, ckpt: dict, path: str, rank: int = 0):
+    """The saved agent, and the state of its vector wrapper (the continuous script's statistics)."""
     try:
         agent.load_state_dict(ckpt["agent"])
-    except RuntimeError as e:  # missing, unexpected or reshaped parameters: the 2nd line names one
+    except RuntimeError as e:  # missing, unexpected or reshaped: torch's 2nd line names the first
         first = str(e).splitlines()[1].strip()
         fail(f"{path!r} does not fit this Agent ({first}); an edited Agent, or another version's")
+    vars(envs).update(ckpt["ranks"][rank]["wrapper"])
 
 
-def load_for_evaluation(agent: nn.Module, envs, ckpt: dict, path: str):
-    """The checkpoint's parameters into `agent`, and the state of the vector wrapper it was trained
-    in into `envs` (ppo_continuous_action.py: the normalization statistics)."""
-    load_agent(agent, ckpt, path)
-    vars(envs).update(ckpt["ranks"][0]["wrapper"])
-
-
-def videos(args: Args, envs) -> str:
-    """Where evaluation's videos are, as the end of its summary line ("" without --capture-video).
-    gymnasium's recorder is stopped first: no video of the episode begun after the last one."""
+def end_recording(args: Args, envs) -> str:
+    """gymnasium's recorder stopped (no partial video); where evaluation's videos are, if any."""
     if not args.capture_video:
         return ""
     if hasattr(envs, "envs"):
@@ -648,32 +603,23 @@ def videos(args: Args, envs) -> str:
 def save_checkpoint(
     args: Args, run, agent, optimizer, envs, global_step: int, iteration: int, carry
 ):
-    """Write what continuing after `iteration` needs (carry: what the loop takes to the next
-    iteration), atomically."""
-    env_state, reason = pickled_envs(envs)
-    if env_state is None and run.saved is None and run.rank == 0:
-        print(f"notice: {reason}: a resume from this checkpoint starts new episodes")
-    rng = {
-        "python": random.getstate(),
-        "numpy": np.random.get_state(),
-        "torch": torch.get_rng_state(),
-    }
+    """Write what continuing after `iteration` needs (carry: what the loop carries), atomically."""
+    try:
+        env_state = pickle.dumps(envs.envs)  # the sub-envs mid-episode, with their RNGs
+    except (pickle.PicklingError, TypeError, AttributeError) as e:  # AttributeError: no sub-envs
+        env_state = None  # a C++ vector env, a video recorder, a lambda in an env
+        if run.saved is None and run.rank == 0:
+            print(f"notice: the envs do not pickle ({e}): a resume starts new episodes")
+    rng = dict(python=random.getstate(), numpy=np.random.get_state(), torch=torch.get_rng_state())
     rng["cuda"] = torch.cuda.get_rng_state() if carry[0].is_cuda else None
     wrapper = {name: getattr(envs, name) for name in getattr(envs, "checkpointed", ())}
-    own = {
-        "envs": env_state,
-        "wrapper": wrapper,
-        "carry": walk(torch.Tensor.cpu, carry),
-        "rng": rng,
-    }
+    own = dict(envs=env_state, wrapper=wrapper, carry=walk(torch.Tensor.cpu, carry), rng=rng)
     ranks = gather(own)
     if run.rank > 0:
         return
-    checkpoint = {"format": CHECKPOINT_FORMAT, "script": os.path.basename(__file__)}
-    checkpoint.update(args=asdict(args), ranks=ranks, agent=agent.state_dict())
-    checkpoint.update(
-        optimizer=optimizer.state_dict(), global_step=global_step, iteration=iteration
-    )
+    checkpoint = dict(format=CHECKPOINT_FORMAT, script=os.path.basename(__file__), ranks=ranks)
+    checkpoint.update(args=asdict(args), agent=agent.state_dict(), optimizer=optimizer.state_dict())
+    checkpoint.update(global_step=global_step, iteration=iteration)
     path = f"{args.run_dir}/{args.exp_name}.pt"
     buffer = io.BytesIO()
     torch.save(checkpoint, buffer)  # in memory first: a failed write below is the disk's
@@ -691,28 +637,17 @@ def save_checkpoint(
     run.saved = iteration
 
 
-def pickled_envs(envs) -> tuple:
-    """(the sub-envs mid-episode with their RNGs, pickled, or None; why not)."""
-    if not hasattr(envs, "envs"):
-        return None, "a C++ vector env holds its envs"
-    try:
-        return pickle.dumps(envs.envs), ""
-    except (pickle.PicklingError, TypeError, AttributeError) as e:  # "Can't pickle local object"
-        return None, f"the envs do not pickle ({e})"  # video recorders, local functions
-
-
 def restore(args: Args, ckpt: Optional[dict], rank: int, agent, optimizer, envs, carry: tuple):
-    """Continue where save_checkpoint left off: (global_step, first iteration, carry). A new run:
-    (0, 1, carry), every process from rank 0's parameters."""
+    """(global_step, first iteration, carry) as save_checkpoint left them; a new run: (0, 1, carry),
+    every process from rank 0's parameters."""
     if ckpt is None:
         if dist.is_initialized():
             for param in agent.parameters():
                 dist.broadcast(param.data, src=0)
         return 0, 1, carry
     own = ckpt["ranks"][rank]
-    load_agent(agent, ckpt, args.resume)
+    load_agent(agent, envs, ckpt, args.resume, rank)
     load_optimizer(optimizer, ckpt["optimizer"])
-    vars(envs).update(own["wrapper"])
     if own["envs"] is not None:
         envs.envs[:] = pickle.loads(own["envs"])
         carry = walk(torch.Tensor.to, own["carry"], carry)  # each on its device
@@ -730,17 +665,16 @@ def restore(args: Args, ckpt: Optional[dict], rank: int, agent, optimizer, envs,
 
 
 def start_run(args: Args, rank: int, device: torch.device, ckpt: Optional[dict]) -> tuple:
-    """Rank 0 claims --run-dir (one run a directory, writable now), opens TensorBoard there and
-    prints the run's sizes; stop signals are caught. Returns (the writer or None, the run)."""
+    """Rank 0 claims --run-dir (one run a directory, writable now), opens TensorBoard there, prints
+    the sizes; stop signals are caught. Returns (the writer, None on other ranks; the run)."""
     run = types.SimpleNamespace(rank=rank, lock=None, signals=[], saved=None, saved_at=time.time())
-    run.recent_returns = deque(maxlen=100)  # the progress line's mean return: the last 100 episodes
-    run.first_step = ckpt["global_step"] if ckpt else 0  # for the steps per second of this run
+    run.recent_returns = deque(maxlen=100)  # the progress line's mean return
+    run.first_step = ckpt["global_step"] if ckpt else 0  # for this run's steps per second
     run.start_time = time.time()
     try:
         if rank == 0:
             os.makedirs(args.run_dir, exist_ok=True)
-            # held until close_run or the end of the process
-            run.lock = open(f"{args.run_dir}/.lock", "a+")
+            run.lock = open(f"{args.run_dir}/.lock", "a+")  # held until the run closes
             if os.name == "posix":  # an fcntl lock dies with its process: a killed run leaves none
                 fcntl = importlib.import_module("fcntl")
                 fcntl.lockf(run.lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -752,17 +686,16 @@ def start_run(args: Args, rank: int, device: torch.device, ckpt: Optional[dict])
         fix = "pass one this user can write, on a disk with space"
         fail(f"cannot write to --run-dir {args.run_dir!r} ({e.strerror}); {fix}")
     signal.signal(signal.SIGTERM, functools.partial(stop_signal, run))
-    # nohup and `&` in a script ignore Ctrl-C: so does the run
-    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # as nohup's and `&`'s: ignored
         signal.signal(signal.SIGINT, functools.partial(stop_signal, run))
     run.excepthook = threading.excepthook
     if rank > 0:
         return None, run
     resumed = f", resumed from {args.resume} at iteration {ckpt['iteration']}" if ckpt else ""
     print(f"run dir {args.run_dir}{resumed}")
+    processes = int(os.environ.get("WORLD_SIZE", 1))
     sizes = f"batch {args.batch_size}, minibatch {args.minibatch_size}"
     sizes += f", {args.num_iterations} iterations, {device}"
-    processes = int(os.environ.get("WORLD_SIZE", 1))
     if processes > 1:
         sizes += f", {processes} processes of {args.num_envs // processes} envs"
     print(sizes)
@@ -770,27 +703,23 @@ def start_run(args: Args, rank: int, device: torch.device, ckpt: Optional[dict])
         wandb = importlib.import_module("wandb")
         project, entity = args.wandb_project_name, args.wandb_entity
         wandb.init(project=project, entity=entity, sync_tensorboard=True, config=vars(args))
-    # TensorBoard's writer thread dies on a full disk: the run's next write says it in one line
+    # TensorBoard's thread dies on a full disk, silently here: the next write says it in one line
     threading.excepthook = functools.partial(quiet_writer_thread, run.excepthook)
-    # a resumed run's log goes on in the same directory; TensorBoard hides what was logged after
-    # the checkpoint
-    writer = SummaryWriter(
-        args.run_dir, purge_step=None if ckpt is None else ckpt["global_step"] + 1
-    )
+    # a resumed run logs on in its directory: TensorBoard hides what came after the checkpoint
+    purge_step = None if ckpt is None else ckpt["global_step"] + 1
+    writer = SummaryWriter(args.run_dir, purge_step=purge_step)
     table = "\n".join(f"|{key}|{value}|" for key, value in vars(args).items())
     writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + table)
     return writer, run
 
 
 def quiet_writer_thread(excepthook: Callable, hook):
-    """threading.excepthook while a run runs: silent for TensorBoard's threads."""
     if not type(hook.thread).__module__.startswith("tensorboard."):
         excepthook(hook)
 
 
 def stop_signal(run, signum, frame):
-    """SIGTERM or Ctrl-C stops the run after this iteration; a second Ctrl-C stops it now, a second
-    SIGTERM kills it."""
+    """Stop after this iteration; a second Ctrl-C stops now, a second SIGTERM kills."""
     if signum == signal.SIGINT and run.signals:
         raise KeyboardInterrupt
     run.signals.append(signum)
@@ -798,7 +727,7 @@ def stop_signal(run, signum, frame):
 
 
 def gather(obj) -> Optional[list]:
-    """Every process's obj in rank order, on rank 0 (None on the others); [obj] in a plain run."""
+    """Every process's obj in rank order, on rank 0 (None elsewhere)."""
     if not dist.is_initialized():
         return [obj]
     objs = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
@@ -816,8 +745,7 @@ def ended_episodes(infos: dict, global_step: int) -> list:
 
 
 def log_episodes(writer: Optional[SummaryWriter], finished: list) -> list:
-    """Every process's `finished` episodes to TensorBoard (charts/episodic_return and _length, on
-    rank 0), in the order they ended; returns their returns."""
+    """Every process's `finished` episodes to TensorBoard, in order; returns their returns."""
     everywhere = gather(finished.copy())
     finished.clear()
     if writer is None:
@@ -830,44 +758,35 @@ def log_episodes(writer: Optional[SummaryWriter], finished: list) -> list:
 
 
 def means(totals: dict, count: int) -> dict:
-    """Each total / count, averaged over torchrun's processes: {name: float}."""
+    """{name: total / count}, averaged over torchrun's processes."""
     if count == 0:
         return {}
-    names = list(totals)
-    values = all_mean(torch.stack([totals[name] for name in names]) / count)
-    return dict(zip(names, values.tolist(), strict=True))
+    values = all_mean(torch.stack(list(totals.values())) / count)
+    return dict(zip(totals, values.tolist(), strict=True))
 
 
 def log_iteration(
-    args: Args, run, writer, optimizer, stats: dict, finished: list, global_step, iteration
+    args: Args, run, writer, optimizer, stats: dict, finished: list, step: int, i: int
 ):
-    """Every process's episodes, then (rank 0) the iteration's charts/ and losses/ to TensorBoard,
-    and its progress line."""
+    """Every process's episodes; on rank 0 the iteration's charts/ and losses/, and its progress."""
     run.recent_returns.extend(log_episodes(writer, finished))
     if writer is None:
         return
-    sps = int((global_step - run.first_step) / (time.time() - run.start_time))
-    writer.add_scalar("charts/learning_rate", float(optimizer.param_groups[0]["lr"]), global_step)
+    sps = int((step - run.first_step) / (time.time() - run.start_time))
+    writer.add_scalar("charts/learning_rate", float(optimizer.param_groups[0]["lr"]), step)
     losses = ["value_loss", "policy_loss", "entropy", "old_approx_kl", "approx_kl", "clipfrac"]
     for name in [*losses, "explained_variance"]:
         if name in stats:  # none where --target-kl skipped the whole update
-            writer.add_scalar(f"losses/{name}", stats[name], global_step)
-    writer.add_scalar("charts/SPS", sps, global_step)
-    print(progress(args, iteration, global_step, sps, run.recent_returns))
-
-
-def progress(args: Args, iteration: int, global_step: int, sps: int, recent_returns: deque) -> str:
-    """The progress line of an iteration: steps, speed, the mean return of the last 100 episodes."""
+            writer.add_scalar(f"losses/{name}", stats[name], step)
+    writer.add_scalar("charts/SPS", sps, step)
     recent = "n/a"
-    if recent_returns:
-        recent = f"{np.mean(recent_returns):.2f} ({len(recent_returns)} episodes)"
-    eta = (args.num_iterations - iteration) * args.batch_size / max(sps, 1) / 60  # minutes
-    where = f"iter {iteration}/{args.num_iterations} step {global_step}"
-    return f"{where} SPS {sps} return {recent} ETA {eta:.1f} min"
+    if run.recent_returns:
+        recent = f"{np.mean(run.recent_returns):.2f} ({len(run.recent_returns)} episodes)"
+    eta = (args.num_iterations - i) * args.batch_size / max(sps, 1) / 60
+    print(f"iter {i}/{args.num_iterations} step {step} SPS {sps} return {recent} ETA {eta:.1f} min")
 
 
-def diverged(args: Args, run, stats: dict, iteration: int) -> str:
-    """The error of a run whose loss is no longer finite."""
+def divergence_error(args: Args, run, stats: dict, iteration: int) -> str:
     loss, grad_norm = stats["loss"], stats["grad_norm"]
     error = f"the loss became {loss} (gradient norm {grad_norm}) at iteration {iteration}"
     if run.saved is None:
@@ -875,47 +794,40 @@ def diverged(args: Args, run, stats: dict, iteration: int) -> str:
     return f"{error}; {args.run_dir}/{args.exp_name}.pt keeps iteration {run.saved}"
 
 
-def end_of_iteration(
-    args: Args, run, agent, optimizer, envs, global_step: int, iteration: int, carry
-) -> bool:
-    """With --save-model, save every --save-every minutes, at the end, and where a signal stops the
-    run; True if a signal stops it."""
+def end_of_iteration(args: Args, run, agent, optimizer, envs, step: int, i: int, carry) -> bool:
+    """Save (--save-model) when due, at the end, or at a stop signal; True at a stop signal."""
     signum = run.signals[0] if run.signals else 0
     save_due = time.time() - run.saved_at >= 60 * args.save_every
     if dist.is_initialized():  # every process stops and saves where any one does
         due = torch.tensor([signum, save_due])
         dist.all_reduce(due, op=dist.ReduceOp.MAX)  # a CPU tensor: gloo, no device sync
         signum, save_due = int(due[0]), bool(due[1])
-    last = iteration == args.num_iterations
+    last = i == args.num_iterations
     saved = f", saved to {args.run_dir}/{args.exp_name}.pt" if args.save_model else ""
     if args.save_model and (signum or save_due or last):
-        save_checkpoint(args, run, agent, optimizer, envs, global_step, iteration, carry)
+        save_checkpoint(args, run, agent, optimizer, envs, step, i, carry)
         run.saved_at = time.time()
     if run.rank == 0 and (signum or last):
         end = f"stopped by {signal.Signals(signum).name}" if signum else "finished"
-        print(f"{end} after iteration {iteration}{saved}")
+        print(f"{end} after iteration {i}{saved}")
     return signum != 0
 
 
 def stop_reason(args: Args, run, exception: BaseException) -> Optional[str]:
-    """The error that a failed write (OSError) ends the run with; a second Ctrl-C
-    (KeyboardInterrupt) ends it without one, by its signal, the iteration in progress lost."""
-    path = f"{args.run_dir}/{args.exp_name}.pt"
+    """A failed write's error; none for a second Ctrl-C (its exit status says it)."""
     if isinstance(exception, KeyboardInterrupt):
         if run.rank == 0:
             kept = f"; the checkpoint keeps iteration {run.saved}" if run.saved else ""
             print(f"interrupted mid-iteration{kept}")
         return None
+    path = f"{args.run_dir}/{args.exp_name}.pt"
     then = f"--resume {path} continues after iteration {run.saved}" if run.saved else "run again"
     where = exception.filename or args.run_dir
     return f"{where!r}: {exception.strerror}; free space there, or make it writable; then {then}"
 
 
-def close_run(
-    args: Args, run, writer: Optional[SummaryWriter], envs, finished: list, error: Optional[str]
-):
-    """Close everything; exit 0 only for a finished run, else with the error, or 128 + the stop
-    signal (SIGTERM 143, Ctrl-C 130)."""
+def close_run(args: Args, run, writer, envs, finished: list, error: Optional[str]):
+    """Close everything; exit 0 only for a finished run (a stop signal: 128 + its number)."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -951,8 +863,7 @@ def all_mean(x: torch.Tensor) -> torch.Tensor:
 
 
 def whole_mean_std(x: torch.Tensor) -> tuple:
-    """Mean and standard deviation of x pooled over every process's equal share of it (x.mean()
-    and x.std() in a plain run)."""
+    """Mean and std of x pooled over every process's share (x.mean(), x.std() in a plain run)."""
     if not dist.is_initialized():
         return x.mean(), x.std()
     mean = all_mean(x.mean())
@@ -962,8 +873,7 @@ def whole_mean_std(x: torch.Tensor) -> tuple:
 
 
 def average_gradients(agent: nn.Module):
-    """Every gradient averaged over torchrun's processes, in one collective, so that they all take
-    the same step (nothing in a plain run)."""
+    """Every gradient averaged over torchrun's processes, in one collective: one step for all."""
     if dist.is_initialized():
         grads = [p.grad for p in agent.parameters()]
         flat = torch.cat([g.flatten() for g in grads])
@@ -973,13 +883,11 @@ def average_gradients(agent: nn.Module):
 
 
 def make_optimizer(args: Args, agent: nn.Module, device: torch.device) -> optim.Optimizer:
-    """Adam (eps 1e-5, as baselines' ppo2). With --cuda-graphs on CUDA, fused and capturable, so
-    that a recorded step can replay it, reading its learning rate from a tensor."""
+    """Adam (eps 1e-5, as ppo2); --cuda-graphs: fused, capturable, its learning rate a tensor."""
     graphs = args.cuda_graphs and device.type == "cuda"
     if args.cuda_graphs and not graphs:
         print("notice: --cuda-graphs needs CUDA; on the CPU the policy and the update run eagerly")
-    could_graph = args.target_kl is None and not dist.is_initialized()
-    if device.type == "cuda" and not graphs and could_graph:
+    if device.type == "cuda" and not (graphs or args.target_kl or dist.is_initialized()):
         print("notice: eager CUDA ran 1.7-4.0x slower than --cuda-graphs on an H200")
     if not graphs:
         return optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, foreach=True)
@@ -988,7 +896,7 @@ def make_optimizer(args: Args, agent: nn.Module, device: torch.device) -> optim.
 
 
 def cuda_graph(args: Args, device: torch.device, fn: Callable) -> Callable:
-    """fn recorded once in a CUDA graph and replayed, with --cuda-graphs on CUDA; else fn itself."""
+    """fn recorded in a CUDA graph (--cuda-graphs on CUDA), else fn itself."""
     return CudaGraph(fn) if args.cuda_graphs and device.type == "cuda" else fn
 
 
@@ -1001,11 +909,8 @@ def set_learning_rate(optimizer: optim.Optimizer, lr: float):
 
 
 def load_optimizer(optimizer: optim.Optimizer, saved: dict):
-    """A saved Adam state into `optimizer`, which keeps its own options and the place of its
-    learning rate (a float, or the tensor a recorded step reads)."""
-    mine = {
-        name: optimizer.param_groups[0][name] for name in ("foreach", "fused", "capturable", "lr")
-    }
+    """A saved Adam state, the optimizer keeping its own options and learning rate's place."""
+    mine = {key: optimizer.param_groups[0][key] for key in ("foreach", "fused", "capturable", "lr")}
     groups = [{**group, **mine} for group in saved["param_groups"]]
     optimizer.load_state_dict({**saved, "param_groups": groups})
     optimizer.param_groups[0]["lr"] = mine["lr"]  # the very tensor: load_state_dict copied it
@@ -1013,19 +918,16 @@ def load_optimizer(optimizer: optim.Optimizer, saved: dict):
 
 
 def walk(fn: Callable, item, *like):
-    """fn(tensor, *its counterparts in `like`) for each tensor in item, through tuples nested to any
-    depth (ppo_rnn.py's state), in a tuple of the same shape; anything else as it is."""
+    """fn(tensor, *its counterparts in like) for each tensor in nested tuples (ppo_rnn.py's)."""
     if isinstance(item, tuple):
         return tuple(walk(fn, *parts) for parts in zip(item, *like, strict=True))
     return fn(item, *like) if isinstance(item, torch.Tensor) else item
 
 
 class CudaGraph:
-    """fn(*args) recorded once in a CUDA graph and replayed: one launch instead of one per kernel.
-    The first `warmup` calls run eagerly on a side stream; the next records fn on copies of its
-    tensor arguments, into which each later call copies its own before the replay. The outputs are
-    the recorded tensors, overwritten by the next call: use them before it. fn must do the same
-    work on every call, with no branch on a tensor's value."""
+    """fn(*args) recorded once in a CUDA graph, then replayed on each call's tensors copied into
+    the recorded ones: one launch, not one per kernel. The outputs are overwritten by the next
+    call. fn may not branch on a tensor's value."""
 
     def __init__(self, fn: Callable, warmup: int = 3):
         self.fn = fn
@@ -1054,19 +956,19 @@ class CudaGraph:
 if __name__ == "__main__":
     # ARGUMENTS AND START-UP
     args = tyro.cli(Args)
-    torch.set_num_threads(1)  # small networks: more threads cost more in syncing than they save
-    # checks; torchrun's processes; --resume and --eval-checkpoint: the checkpoint's settings
+    torch.set_num_threads(1)  # small networks: one thread is the fastest
+    # checks, torchrun; --resume and --eval-checkpoint: the checkpoint's settings
     rank, world_size, device, ckpt = start_up(args)
     args.batch_size = args.num_envs * args.num_steps
     args.minibatch_size = args.batch_size // args.num_minibatches
     args.num_iterations = args.total_timesteps // args.batch_size
-    # under torchrun each process steps its share of the envs: local sizes without `args.`
+    # this process's share (under torchrun): sizes without `args.`
     num_envs = args.num_envs // world_size
     batch_size = args.batch_size // world_size
     minibatch_size = args.minibatch_size // world_size
 
     # SEEDING
-    random.seed(args.seed + rank)  # each process its own streams (rank 0's are a plain run's)
+    random.seed(args.seed + rank)  # rank 0's streams are a plain run's
     np.random.seed(args.seed + rank)
     torch.manual_seed(args.seed + rank)
     torch.backends.cudnn.deterministic = args.torch_deterministic
@@ -1078,14 +980,14 @@ if __name__ == "__main__":
     agent = Agent(envs).to(device)
     if args.eval_checkpoint is not None:
         evaluate(args, agent, envs, ckpt, device)  # plays the saved agent instead, and exits
-    optimizer = make_optimizer(args, agent, device)
-    # with --cuda-graphs on CUDA each is recorded once and replayed; else the function itself
+    optimizer = make_optimizer(args, agent, device)  # Adam, eps 1e-5
+    # --cuda-graphs on CUDA: each recorded once, then replayed (outputs overwritten by the next)
     get_action_and_value = cuda_graph(args, device, agent.get_action_and_value)
     update_minibatch = cuda_graph(args, device, update_minibatch)
 
     # STORAGE
     # dones[t] = 1 where obs[t] is the first observation of a new episode (step t-1 ended one).
-    # rewards and dones come from the envs: on the host until GAE, pinned on CUDA
+    # rewards and dones stay on the host, where the envs put them
     storage_shape = (args.num_steps, num_envs)
     pinned = device.type == "cuda"
     obs_shape = envs.single_observation_space.shape
@@ -1097,24 +999,24 @@ if __name__ == "__main__":
     dones = torch.zeros(storage_shape, pin_memory=pinned)  # (num_steps, num_envs)
     values = torch.zeros(storage_shape, device=device)  # (num_steps, num_envs)
 
-    # env i is seeded seed + i: rank r's envs take the seeds after those of ranks 0 to r-1
+    # env i is seeded seed + i: rank r's envs take the seeds after those of ranks below r
     next_obs, _ = envs.reset(seed=args.seed + rank * num_envs)
     envs.action_space.seed(args.seed + rank)
     next_obs = torch.as_tensor(next_obs, dtype=obs.dtype, device=device)  # (num_envs, *obs_shape)
     next_done = torch.zeros(num_envs)  # (num_envs,), on the host
-    # what one iteration hands the next; --resume: the checkpoint's, the envs mid-episode
+    # what one iteration hands the next (--resume: the checkpoint's)
     carry = (next_obs, next_done)
     global_step, start_iteration, carry = restore(args, ckpt, rank, agent, optimizer, envs, carry)
     next_obs, next_done = carry
 
     # LOGGING
     writer, run = start_run(args, rank, device, ckpt)  # rank 0: --run-dir, TensorBoard (or None)
-    finished = []  # (global_step, return, length) of this process's episodes since the last log
-    error = None  # why the run stopped early: a NaN, a failed write
+    finished = []  # (global_step, return, length) of this process's episodes to log
+    error = None  # why the run stopped early
     try:
         for iteration in range(start_iteration, args.num_iterations + 1):
             # LEARNING-RATE ANNEALING
-            if args.anneal_lr:
+            if args.anneal_lr:  # in place: a recorded step reads the rate from a tensor
                 frac = 1.0 - (iteration - 1.0) / args.num_iterations
                 set_learning_rate(optimizer, frac * args.learning_rate)
 
@@ -1130,7 +1032,7 @@ if __name__ == "__main__":
                 logprobs[step] = logprob
 
                 next_obs, reward, terminations, truncations, infos = envs.step(action.cpu().numpy())
-                bootstrap_truncation(args, agent, reward, terminations, truncations, infos)
+                reward = bootstrap_truncation(args, agent, reward, terminations, truncations, infos)
                 rewards[step] = torch.as_tensor(reward)
                 next_obs = torch.as_tensor(next_obs, dtype=obs.dtype, device=device)
                 next_done = torch.as_tensor(terminations | truncations, dtype=torch.float32)
@@ -1154,7 +1056,7 @@ if __name__ == "__main__":
             # UPDATE
             batch = (b_obs, b_logprobs, b_actions, b_advantages, b_returns, b_values)
             b_inds = np.arange(batch_size)
-            totals = {}  # each statistic of the update, summed over its minibatch steps
+            totals = {}  # each statistic, summed over the update's steps
             num_updates = 0
             stopped = False  # by --target-kl: the rest of this update is skipped
             for _epoch in range(args.update_epochs):
@@ -1176,18 +1078,17 @@ if __name__ == "__main__":
             # LOGGING
             stats = means(totals, num_updates)  # over the update's steps (and torchrun's processes)
             if not all(np.isfinite(value) for value in stats.values()):
-                error = diverged(args, run, stats, iteration)
+                error = divergence_error(args, run, stats, iteration)
                 break
-            y_pred, y_true = b_values.cpu().numpy(), b_returns.cpu().numpy()  # this process's share
+            y_pred, y_true = b_values.cpu().numpy(), b_returns.cpu().numpy()
             var_y = np.var(y_true)
-            stats["explained_variance"] = (
-                np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
-            )
+            explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
+            stats["explained_variance"] = explained_var
             log_iteration(args, run, writer, optimizer, stats, finished, global_step, iteration)
             carry = (next_obs, next_done)  # what the next iteration takes from this one
             if end_of_iteration(args, run, agent, optimizer, envs, global_step, iteration, carry):
                 break  # a stop signal (saved with --save-model)
-    except (KeyboardInterrupt, OSError) as e:  # a second Ctrl-C; a write that failed
+    except (KeyboardInterrupt, OSError) as e:  # a second Ctrl-C, a failed write
         error = stop_reason(args, run, e)
 
     # CLOSE

@@ -477,9 +477,9 @@ def test_every_game_is_logged_once_with_its_score_and_length(env_id, seed, monke
     and its number of agent steps; also a game that ends in those unseen steps (Breakout cut at 800 frames) and games
     with bonus lives (DemonAttack)."""
     module = load(SCRIPT)
-    ended_unseen, original_unseen = [], module.EpisodicLife.unseen
+    ended_unseen, original_unseen = [], module.EpisodicLife.play_unseen
     monkeypatch.setattr(
-        module.EpisodicLife, "unseen", lambda self, *a: ended_unseen.append(original_unseen(self, *a)) or ended_unseen[-1]
+        module.EpisodicLife, "play_unseen", lambda self, *a: ended_unseen.append(original_unseen(self, *a)) or ended_unseen[-1]
     )
     envs = gym.vector.SyncVectorEnv(
         [module.make_env(env_id, 0, False, "t")], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP

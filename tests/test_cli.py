@@ -184,5 +184,5 @@ LEARNING = {
 def test_learns_a_small_task(script, tmp_path):
     env_id, steps, threshold = LEARNING[script]
     g = run(script, "--env-id", env_id, "--total-timesteps", str(steps), "--seed", "1", cwd=tmp_path)
-    assert len(g["recent_returns"]) == 100
-    assert sum(g["recent_returns"]) / 100 >= threshold
+    assert len(g["run"].recent_returns) == 100
+    assert sum(g["run"].recent_returns) / 100 >= threshold

@@ -161,7 +161,7 @@ def test_cuda_graph_update_step_equals_the_eager_one(script, tmp_path, monkeypat
         stats = []
         for i, mb in enumerate(minibatches):  # 3 as they are, the 4th recorded, then replays with other minibatches and rates
             lr.fill_(2.5e-4 * (1 - i / 8))
-            stats.append(step(g["args"], agent, optimizer, mb).clone())
+            stats.append(torch.stack(list(step(g["args"], agent, optimizer, mb).values())))  # a copy of the outputs
         assert not graphed or step.graph is not None
         runs.append((params(agent), optimizer.state_dict()["state"], torch.stack(stats)))
     (eager, eager_state, eager_stats), (graph, graph_state, graph_stats) = runs
@@ -197,7 +197,7 @@ def test_cuda_graphs_train_deterministically_and_resume(envs, tmp_path, monkeypa
     a = run("ppo_atari.py", *argv, cwd=tmp_path / "a")
     b = run("ppo_atari.py", *argv, cwd=tmp_path / "b")
     c = run("ppo_atari.py", *[x for x in argv if x != "--cuda-graphs"], cwd=tmp_path / "c")
-    assert type(a["update_step"]).__name__ == "CudaGraph" and type(c["update_step"]).__name__ == "function"
+    assert type(a["update_minibatch"]).__name__ == "CudaGraph" and type(c["update_minibatch"]).__name__ == "function"
     assert len(a["envs"].parts) == (2 if envs == "native" else 1)
     assert same_params(params(a["agent"]), params(b["agent"])) and not same_params(params(a["agent"]), params(c["agent"]))
     assert a["optimizer"].param_groups[0]["lr"].item() == pytest.approx(2.5e-4 / 8)  # annealed in place, as the graph reads it
@@ -210,7 +210,7 @@ def test_cuda_graphs_train_deterministically_and_resume(envs, tmp_path, monkeypa
     path = checkpoint_path(tmp_path / "d")
     assert torch.load(path, map_location="cpu", weights_only=False)["iteration"] == 4  # the resumed run has 4 to train
     resumed = run("ppo_atari.py", "--resume", str(path), "--cuda", cwd=tmp_path / "e")
-    assert resumed["global_step"] == 512 and resumed["iteration"] == 8 and resumed["update_step"].graph is not None
+    assert resumed["global_step"] == 512 and resumed["iteration"] == 8 and resumed["update_minibatch"].graph is not None
     lr = resumed["optimizer"].param_groups[0]["lr"]
     assert isinstance(lr, torch.Tensor) and lr.is_cuda and lr.item() == pytest.approx(2.5e-4 / 8)
     assert all(torch.isfinite(p).all() for p in resumed["agent"].parameters())
@@ -229,6 +229,6 @@ def test_cuda_graphs_checkpoint_from_the_cpu_resumes_on_cuda(tmp_path, monkeypat
     path = checkpoint_path(tmp_path / "a")
     assert not isinstance(torch.load(path, weights_only=False)["optimizer"]["param_groups"][0]["lr"], torch.Tensor)
     resumed = run("ppo.py", "--cuda", "--resume", str(path), cwd=tmp_path / "b")
-    assert resumed["global_step"] == 256 and type(resumed["update_step"]).__name__ == "CudaGraph"
+    assert resumed["global_step"] == 256 and type(resumed["update_minibatch"]).__name__ == "CudaGraph"
     lr = resumed["optimizer"].param_groups[0]["lr"]
     assert isinstance(lr, torch.Tensor) and lr.is_cuda and lr.item() == pytest.approx(2.5e-4 / 8)

@@ -66,7 +66,7 @@ def test_sigterm_then_resume_equals_an_uninterrupted_run_across_the_time_limit(t
     resumed = run(SCRIPT, *argv, "--resume", str(checkpoint_path(tmp_path / "a")), cwd=tmp_path / "b")
     straight = run(SCRIPT, *argv, cwd=tmp_path / "c")
     assert resumed["global_step"] == straight["global_step"] == 32 * 72
-    assert len(straight["recent_returns"]) == 2  # each env's episode reached the limit
+    assert len(straight["run"].recent_returns) == 2  # each env's episode reached the limit
     assert all(torch.equal(p, q) for p, q in zip(resumed["agent"].parameters(), straight["agent"].parameters(), strict=True))
 
 

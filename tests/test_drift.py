@@ -11,15 +11,14 @@ import pytest
 from tests.helpers import ROOT, SCRIPTS
 
 SIBLINGS = [s for s in SCRIPTS if s != "ppo.py"]
-# the most changed lines each diff may have: limits, not ratchets; an issue raises one, or the domain must fit (docs/exactness.md)
-BUDGETS = {"ppo_rnn.py": 230, "ppo_atari.py": 310, "ppo_continuous_action.py": 150}
-# research functions no domain changes: the losses, and the update's machinery (torchrun's averages, CUDA graphs)
-SHARED = ["layer_init", "compute_gae", "policy_loss", "value_loss", "ended_episodes", "all_mean", "whole_mean_std"]
-SHARED += ["average_gradients", "make_update", "set_learning_rate", "load_optimizer", "walk", "CudaGraph"]
+# the most changed lines each diff may have: ceilings, not targets (tests/test_style.py holds the sizes)
+BUDGETS = {"ppo_rnn.py": 290, "ppo_atari.py": 400, "ppo_continuous_action.py": 200}
+# research functions no domain changes: the losses, GAE, the truncation bootstrap
+SHARED = ["layer_init", "compute_gae", "bootstrap_truncation", "policy_loss", "value_loss"]
 # what every script defines in its research layer for the run-management layer and __main__ to call
-HOOKS = ["make_env", "make_vector_env", "check_env", "Agent", "evaluate"]
-MANAGEMENT_LINES = 300  # from the banner to `if __name__`
-MAIN_LINES = {"ppo.py": 150, "ppo_rnn.py": 165, "ppo_continuous_action.py": 165, "ppo_atari.py": 165}
+HOOKS = ["make_env", "make_vector_env", "check_env", "Agent", "update_minibatch", "evaluate"]
+# the plumbing that makes the update run elsewhere, defined below the banner (and so identical in all four)
+PLUMBING = ["all_mean", "whole_mean_std", "average_gradients", "make_optimizer", "cuda_graph", "CudaGraph", "walk"]
 BANNER = "# RUN MANAGEMENT: "
 MAIN = '\nif __name__ == "__main__":\n'
 
@@ -92,21 +91,27 @@ def test_diff_budget(script):
     assert changed <= BUDGETS[script], f"diff ppo.py {script}: {changed} changed lines"
 
 
+def test_fail_never_returns():
+    """fail() ends the process: typed NoReturn, so that a checker knows no line after it runs."""
+    from typing import NoReturn, get_type_hints
+
+    from tests.helpers import load
+
+    assert get_type_hints(load("ppo.py").fail)["return"] is NoReturn
+
+
 @pytest.mark.parametrize("script", SCRIPTS)
-def test_sizes_of_the_management_layer_and_main(script):
-    """The run-management layer at most 300 lines, from its banner to `if __name__`; __main__ at most 150 in ppo.py and
-    165 in the others (the loop reads like CleanRL's, each piece of management one call)."""
-    source = (ROOT / script).read_text().splitlines()
-    banner = next(i for i, line in enumerate(source) if line.startswith("# RUN MANAGEMENT")) - 1  # its top rule, "# ==="
-    assert source[banner].startswith("# ===")
-    main = source.index('if __name__ == "__main__":')
-    assert main - banner <= MANAGEMENT_LINES, f"{script}: management {main - banner} lines"
-    assert len(source) - main <= MAIN_LINES[script], f"{script}: __main__ {len(source) - main} lines"
+def test_the_plumbing_is_below_the_banner(script):
+    """torchrun's averages and the CUDA-graph machinery are run management, not research."""
+    research, management, _ = layers(script)
+    defined_above = {node.name for node in ast.parse(research).body if isinstance(node, ast.FunctionDef | ast.ClassDef)}
+    assert not defined_above & set(PLUMBING), f"{script} defines {defined_above & set(PLUMBING)} above the banner"
+    assert all(f"def {name}(" in management or f"class {name}:" in management for name in PLUMBING)
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_no_lambda_bound_to_a_name_and_no_noqa(script):
-    """Dense is not short: no lambda assigned to a name or an attribute, no linter silenced, no line over 127 characters."""
+    """Dense is not short: no lambda assigned to a name or an attribute, no linter silenced, no line over 100 characters."""
     source = (ROOT / script).read_text()
     tree = ast.parse(source)
     bound = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Assign) and isinstance(node.value, ast.Lambda)]
@@ -119,4 +124,4 @@ def test_no_lambda_bound_to_a_name_and_no_noqa(script):
     ]
     assert bound == [], f"{script}: lambdas bound to names at lines {bound}"
     assert "noqa" not in source
-    assert max(len(line) for line in source.splitlines()) <= 127
+    assert max(len(line) for line in source.splitlines()) <= 100

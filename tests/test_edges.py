@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 
 import pytest
 import torch
@@ -111,9 +112,11 @@ def test_tensorboard_failing_mid_run_is_one_line_and_the_checkpoint_is_saved(tmp
         return append(self, *a, **kw)
 
     monkeypatch.setattr(LocalFileSystem, "append", read_only)
+    hook = threading.excepthook
     with pytest.raises(SystemExit) as stop:
         argv = [*TINY, "--save-model", "--save-every", "0", "--total-timesteps", "6400", "--run-dir", str(tmp_path / "run")]
         run("ppo.py", *argv, cwd=tmp_path)
+    assert threading.excepthook is hook  # the run's quiet hook for TensorBoard's thread is gone with the run
     assert stop.value.code.startswith(f"error: '{tmp_path}/run': Read-only file system; free space there, or make it writable")
     out, err = capfd.readouterr()
     assert "Traceback" not in err and "Exception in thread" not in err, err

@@ -157,4 +157,4 @@ def test_logged_returns_are_whole_episodes(script, tmp_path):
             episodes.setdefault(int(o[0]), []).append(r)
         finished = sorted(episodes)[:-1]  # the current episode of each env has not ended yet
         expected += [sum(episodes[e]) for e in finished]
-    assert sorted(g["recent_returns"]) == sorted(expected)
+    assert sorted(g["run"].recent_returns) == sorted(expected)

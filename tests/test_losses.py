@@ -58,7 +58,7 @@ def test_value_loss_is_the_closed_form(script, clip_vloss, tmp_path, monkeypatch
     minibatch = (*minibatch[:4], returns, values, *minibatch[6:])
     optimizer = torch.optim.Adam(agent.parameters(), lr=1e-9)
     stats = g["update_minibatch"](g["args"], agent, optimizer, minibatch)
-    value_loss = stats[g["STATS"].index("value_loss")].item()
+    value_loss = stats["value_loss"].item()
     assert value_loss == pytest.approx(closed_form(rows, eps, clip_vloss), rel=1e-5)
     if clip_vloss:  # the case in point: rows where the clipped error is the larger
         assert closed_form(rows, eps, True) > closed_form(rows, eps, False)

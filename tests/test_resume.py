@@ -184,11 +184,12 @@ def test_a_dm_control_id_without_its_venv_names_requirements_dmc(tmp_path, monke
 
 def test_an_env_that_does_not_pickle_is_saved_without_its_state_and_resumes_with_new_episodes(tmp_path, capsys):
     """pickle's errors for a local lambda (AttributeError), a video recorder or a C++ env: the checkpoint is written
-    without the envs, and the resumed run says so and starts new episodes."""
-    argv = ["--env-id", "tests.envs:Unpicklable-v0", *TINY, "--save-model"]
+    without the envs, saying so as it is first written (once), and the resumed run says so and starts new episodes."""
+    argv = ["--env-id", "tests.envs:Unpicklable-v0", *TINY, "--save-model", "--save-every", "0"]
     run("ppo.py", *argv, "--total-timesteps", "64", cwd=tmp_path)
     path = checkpoint_path(tmp_path)
     assert torch.load(path, weights_only=False)["ranks"][0]["envs"] is None
-    capsys.readouterr()
+    notices = [line for line in capsys.readouterr().out.splitlines() if "do not pickle" in line]
+    assert len(notices) == 1 and "a resume starts new episodes" in notices[0], notices  # two saves, one notice
     resumed = run("ppo.py", "--resume", str(path), "--total-timesteps", "128", cwd=tmp_path)
     assert resumed["global_step"] == 128 and "no env state" in capsys.readouterr().out

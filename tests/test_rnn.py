@@ -66,6 +66,25 @@ def test_state_resets_exactly_at_episode_starts(cell):
                 torch.testing.assert_close(part[:, b], expected_part[:, 0], rtol=0, atol=1e-6)
 
 
+def plain_stretches(done: torch.Tensor) -> list:
+    """The stretches of a (T, B) rollout by a plain loop over its steps: a new one at each step where an env starts
+    an episode (the first step's starts are handled inside its stretch, by zeroing those envs' state)."""
+    spans, begin = [], 0
+    for t in range(1, len(done)):
+        if done[t].any():
+            spans.append((begin, t))
+            begin = t
+    return [*spans, (begin, len(done))]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_stretches_are_those_of_a_plain_loop_over_the_steps(seed):
+    gen = torch.Generator().manual_seed(seed)
+    T, B = 1 + seed % 7 * 5, 1 + seed % 3
+    done = (torch.rand(T, B, generator=gen) < [0.0, 0.05, 0.3, 1.0][seed % 4]).float()
+    assert rnn.stretches(done) == plain_stretches(done)
+
+
 @pytest.mark.parametrize("cell", CELLS)
 def test_one_step_at_a_time_equals_the_sequence(cell):
     """The rollout steps one observation at a time; the update replays whole sequences."""
@@ -122,14 +141,14 @@ def test_forget_bias_with_a_gru_is_one_line(tmp_path):
 def test_minibatches_are_whole_env_sequences(tmp_path, monkeypatch):
     interrupt_at_call(monkeypatch, torch.optim.Adam, "step", 2)  # the second minibatch of the first epoch
     g = run("ppo_rnn.py", "--num-envs", "4", "--num-minibatches", "2", "--total-timesteps", "512", cwd=tmp_path)
-    mb_envs, mb_inds = g["mb_envs"], g["mb_inds"]
+    mb_envs, mb_inds = g["mbenvinds"], g["mb_inds"]
     assert len(mb_envs) == 2
     assert torch.equal(mb_inds, g["flatinds"][:, mb_envs].flatten())
     assert torch.equal(g["b_obs"][mb_inds].reshape(128, 2, -1), g["obs"][:, mb_envs])
     assert torch.equal(g["b_dones"][mb_inds].reshape(128, 2), g["dones"][:, mb_envs])
     assert all(torch.equal(m, s[:, mb_envs]) for m, s in zip(g["mb_state"], g["initial_rnn_state"], strict=True))
     # the two minibatches of the epoch split the envs between them
-    first = set(g["b_inds"][:2].tolist())
+    first = set(g["envinds"][:2].tolist())
     assert first.isdisjoint(mb_envs.tolist()) and first | set(mb_envs.tolist()) == {0, 1, 2, 3}
 
 
@@ -235,10 +254,10 @@ def test_both_cells_learn_to_recall_a_cue(cell, tmp_path):
         "2",
     ]
     g = run("ppo_rnn.py", *argv, "--cell", cell, cwd=tmp_path / cell)
-    assert np.mean(g["recent_returns"]) >= 0.9
+    assert np.mean(g["run"].recent_returns) >= 0.9
     if cell == "lstm":  # once: the memoryless baseline
         g = run("ppo.py", "--env-id", "ppo_rnn:MemoryL3K2-v0", *argv[2:], cwd=tmp_path / "ppo")
-        assert abs(np.mean(g["recent_returns"])) <= 0.3
+        assert abs(np.mean(g["run"].recent_returns)) <= 0.3
 
 
 def test_checkpoint_that_does_not_fit_the_agent_is_one_line(tmp_path):

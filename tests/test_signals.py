@@ -4,6 +4,7 @@ the middle of a write leaves the last whole checkpoint."""
 
 import os
 import signal
+import types
 
 import pytest
 import torch
@@ -81,7 +82,8 @@ def test_a_write_stopped_before_its_rename_leaves_the_previous_checkpoint(tmp_pa
     agent = torch.nn.Linear(2, 1)
     optimizer = torch.optim.Adam(agent.parameters())
     carry = (torch.zeros(2), torch.zeros(2))
-    module.save_checkpoint(args, 0, agent, optimizer, object(), 10, 1, carry)  # an env that keeps no state of its own
+    run_state = types.SimpleNamespace(rank=0, saved=None)  # what start_run makes: rank 0, nothing saved yet
+    module.save_checkpoint(args, run_state, agent, optimizer, object(), 10, 1, carry)  # an env with no state of its own
 
     def killed(*args):
         raise KeyboardInterrupt  # the process dies between the temporary file and the rename
@@ -90,7 +92,7 @@ def test_a_write_stopped_before_its_rename_leaves_the_previous_checkpoint(tmp_pa
     saved = {k: v.clone() for k, v in agent.state_dict().items()}
     torch.nn.init.ones_(agent.weight)
     with pytest.raises(KeyboardInterrupt):
-        module.save_checkpoint(args, 0, agent, optimizer, object(), 20, 2, carry)
+        module.save_checkpoint(args, run_state, agent, optimizer, object(), 20, 2, carry)
     ckpt = torch.load(tmp_path / "ppo.pt", weights_only=False)
     assert ckpt["iteration"] == 1 and ckpt["global_step"] == 10 and torch.equal(ckpt["agent"]["weight"], saved["weight"])
 

@@ -193,4 +193,4 @@ def test_ipython_run_leaves_the_namespace(script, tmp_path, monkeypatch):
     signal_at_call(monkeypatch, STEP_CLASS[script], STEP_METHOD[script], 7)  # Ctrl-C in the first rollout: it ends there
     shell.run_line_magic("run", argv)
     assert all(name in shell.user_ns for name in names)
-    assert shell.user_ns["iteration"] == 1 and shell.user_ns["RUN"]["signals"] == [signal.SIGINT]
+    assert shell.user_ns["iteration"] == 1 and shell.user_ns["run"].signals == [signal.SIGINT]

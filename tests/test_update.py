@@ -66,7 +66,7 @@ def test_the_update_composes_the_loss_and_its_gradient_step(script, tmp_path):
     for p in agent.parameters():
         p.grad = torch.full_like(p, 100.0)  # a stale gradient that must not reach the step
     optimizer = Recorder(agent.parameters())
-    stats = dict(zip(module["STATS"], g["update_minibatch"](args, agent, optimizer, minibatch).tolist(), strict=True))
+    stats = {name: value.item() for name, value in g["update_minibatch"](args, agent, optimizer, minibatch).items()}
 
     if "mb_state" in g:  # ppo_rnn.py replays the sequence from its state, with its dones
         _, newlogprob, entropy, newvalue, _ = agent.get_action_and_value(
@@ -137,7 +137,8 @@ def test_cuda_graphs_on_the_cpu_change_nothing(script, tmp_path, capsys):
     a = run(script, *argv, cwd=tmp_path / "a")
     b = run(script, *argv, "--cuda-graphs", cwd=tmp_path / "b")
     assert "notice: --cuda-graphs needs CUDA" in capsys.readouterr().out
-    assert b["update_step"] is b["update_minibatch"] and not isinstance(b["optimizer"].param_groups[0]["lr"], torch.Tensor)
+    assert type(b["update_minibatch"]).__name__ == "function"  # not recorded
+    assert not isinstance(b["optimizer"].param_groups[0]["lr"], torch.Tensor)
     assert same_params(params(a["agent"]), params(b["agent"]))
 
 

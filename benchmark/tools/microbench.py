@@ -55,7 +55,7 @@ def minibatch_us(agent: nn.Module, run_args, rows: int, args) -> tuple:
     default minibatch size (rows), on rows the copy's own policy produced for random observations: (µs per step, (the step's
     top-level calls and all its operations as torch.profiler records them))."""
     copied = copy.deepcopy(agent)
-    optimizer, _, update_step = ppo.make_update(run_args, copied, torch.device("cpu"))
+    optimizer, update_step = ppo.make_optimizer(run_args, copied, torch.device("cpu")), ppo.update_minibatch
     obs = torch.randn(rows, copied.actor[0].in_features)
     with torch.no_grad():
         actions, logprobs, _, values = copied.get_action_and_value(obs)

@@ -43,8 +43,9 @@ def run_to(iterations: list, argv: list, cwd: Path = ROOT / "runs" / "update_kl"
     def snapshot(self, *args, **kwargs):
         g = caller_globals()
         if g["iteration"] in iterations and g["iteration"] not in snapshots:
-            keep = ("args", "agent", "optimizer", "batch", "b_inds", "epoch_inds", "dones", "envs", "make_update")
-            snapshots[g["iteration"]] = {k: g[k] if k in ("envs", "make_update") else copy.deepcopy(g[k]) for k in keep}
+            keep = ("args", "agent", "optimizer", "batch", "b_inds", "epoch_inds", "dones", "envs", "make_optimizer")
+            kept_whole = ("envs", "make_optimizer", "update_minibatch")
+            snapshots[g["iteration"]] = {k: g[k] if k in kept_whole else copy.deepcopy(g[k]) for k in keep + kept_whole[2:]}
             snapshots[g["iteration"]]["rng"] = np.random.get_state()
             if g["iteration"] == max(iterations):
                 raise KeyboardInterrupt
@@ -64,7 +65,8 @@ def replay(g: dict, target_kl) -> dict:
     args = copy.copy(g["args"])
     args.target_kl = target_kl
     agent, old = copy.deepcopy(g["agent"]), copy.deepcopy(g["agent"])
-    optimizer, _, update_minibatch = g["make_update"](args, agent, torch.device("cpu"))  # the script's own, as on the CPU
+    optimizer = g["make_optimizer"](args, agent, torch.device("cpu"))  # the script's own, as on the CPU
+    update_minibatch = g["update_minibatch"]
     optimizer.load_state_dict(copy.deepcopy(g["optimizer"].state_dict()))  # load_state_dict keeps CPU tensors, not copies
     rng, b_inds, epoch_inds = np.random.get_state(), g["b_inds"].copy(), g["epoch_inds"]
     np.random.set_state(g["rng"])
@@ -79,8 +81,8 @@ def replay(g: dict, target_kl) -> dict:
             )
             if stats is None:
                 break
-            kls.append(stats[4].item())
-            norms.append(stats[7].item())  # the gradient's norm before --max-grad-norm clips it
+            kls.append(stats["approx_kl"].item())
+            norms.append(stats["grad_norm"].item())  # the gradient's norm before --max-grad-norm clips it
             steps += 1
         else:
             continue
