@@ -554,12 +554,9 @@ def from_checkpoint(args: Args) -> Optional[dict]:
     if isinstance(ckpt, dict) and ckpt.get("script", script) != script:
         fail(f"{path!r} was saved by {ckpt['script']}, not {script}; run it with {ckpt['script']}")
     parts = {"format", "args", "agent", "optimizer", "global_step", "iteration", "ranks"}
-    if not (
-        isinstance(ckpt, dict) and parts <= ckpt.keys() and ckpt["format"] == CHECKPOINT_FORMAT
-    ):
-        fail(
-            f"{path!r} is not a whole checkpoint of this {script}; pass one its --save-model wrote"
-        )
+    whole = isinstance(ckpt, dict) and parts <= ckpt.keys()
+    if not whole or ckpt["format"] != CHECKPOINT_FORMAT:
+        fail(f"{path!r} is not a whole checkpoint of this {script}; pass one --save-model wrote")
     processes = int(os.environ.get("WORLD_SIZE", 1))
     if args.resume and len(ckpt["ranks"]) != processes:
         saved_by = len(ckpt["ranks"])

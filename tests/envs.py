@@ -141,3 +141,5 @@ def _unpicklable():
 
 
 gym.register("Unpicklable-v0", entry_point=_unpicklable, max_episode_steps=500)
+# CartPole cut at 40 steps: time limits often, for the comparison with CleanRL's PPO (which treats one as a termination)
+gym.register("CartPoleShort-v1", entry_point="gymnasium.envs.classic_control.cartpole:CartPoleEnv", max_episode_steps=40)
