@@ -603,7 +603,8 @@ def from_checkpoint(args: Args) -> Optional[dict]:
     parts = {"format", "args", "agent", "optimizer", "global_step", "iteration", "ranks"}
     whole = isinstance(ckpt, dict) and parts <= ckpt.keys()
     if not whole or ckpt["format"] != CHECKPOINT_FORMAT:
-        fail(f"{path!r} is not a whole checkpoint of this {script}; pass one --save-model wrote")
+        fix = "pass one its --save-model wrote"
+        fail(f"{path!r} is not a whole checkpoint of this {script}; {fix}")
     processes = int(os.environ.get("WORLD_SIZE", 1))
     if args.resume and len(ckpt["ranks"]) != processes:
         saved_by = len(ckpt["ranks"])
