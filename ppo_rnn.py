@@ -3,7 +3,6 @@
     python ppo_rnn.py                           # CartPoleNoVel-v1: CartPole without velocities
     python ppo_rnn.py --env-id AcrobotNoVel-v1 --seed 2 --save-model
     python ppo_rnn.py --env-id MemoryL30K2-v0 --cell gru   # recall a cue shown 30 steps earlier
-    python ppo.py --env-id ppo_rnn:CartPoleNoVel-v1       # the same task for memoryless ppo.py
 
 `diff ppo.py ppo_rnn.py` is what memory adds. The defaults (lr 1e-3, one minibatch, 10 epochs,
 no entropy bonus, rewards x 0.1) are tuned on the memory tasks: docs/recurrent.md.
@@ -113,12 +112,11 @@ class Args:
     bootstrap_truncation: bool = True
     """bootstrap gamma * V(final_obs) at time-limit truncations (off: treat them as termination)"""
     reward_scale: float = 0.1
-    """rewards are multiplied by it for learning (a value loss of unscaled returns drowns the
-    policy's gradient in the shared trunk); logged returns are not"""
+    """rewards are scaled by it for learning, not in the logged returns"""
     cell: Literal["lstm", "gru"] = "lstm"
-    """the recurrent cell: lstm (state h and c) or gru (state h alone)"""
+    """lstm (state h and c) or gru (state h)"""
     forget_bias: float = 0.0
-    """LSTM only: the forget gate's initial bias (0, as CleanRL; docs/recurrent.md)"""
+    """LSTM only: the forget gate's initial bias (0, as CleanRL's)"""
 
     batch_size: tyro.conf.Suppress[int] = 0
     """the batch size (computed in runtime, not a flag)"""
@@ -129,15 +127,13 @@ class Args:
 
 
 class MaskVelocity(gym.ObservationWrapper):
-    """Keep only the observation entries in `keep` (positions), hiding the velocities."""
+    """Only the observation's entries in `keep`: the positions, not the velocities."""
 
     def __init__(self, env: gym.Env, keep: list):
         super().__init__(env)
         self.keep = np.array(keep)
-        space = env.observation_space
-        self.observation_space = gym.spaces.Box(
-            space.low[self.keep], space.high[self.keep], dtype=space.dtype
-        )
+        low, high = env.observation_space.low[self.keep], env.observation_space.high[self.keep]
+        self.observation_space = gym.spaces.Box(low, high, dtype=env.observation_space.dtype)
 
     def observation(self, observation):
         return observation[self.keep]
@@ -147,22 +143,20 @@ def make_masked(env_id: str, keep: list, **kwargs) -> gym.Env:
     return MaskVelocity(gym.make(env_id, **kwargs), keep)
 
 
-# partially observable tasks: positions only (CartPole's x and pole angle; Acrobot's cos and sin
-# of both joints)
+# positions only (CartPole: x, angle; Acrobot: cos, sin of both joints)
 MASKED = {
     "CartPoleNoVel-v1": ("CartPole-v1", [0, 2]),
     "AcrobotNoVel-v1": ("Acrobot-v1", [0, 1, 2, 3]),
 }
 for masked_id, (full_id, keep) in MASKED.items():
-    # registered anew by each %run: a checkpoint pickles the classes of the run that saved it
+    # anew at each %run: a checkpoint pickles its classes
     gym.registry.pop(masked_id, None)
     gym.register(masked_id, entry_point=make_masked, kwargs={"env_id": full_id, "keep": keep})
 
 
 class MemoryCue(gym.Env):
-    """How far back can the policy remember? The first observation shows a cue (one-hot), the
-    next `length - 1` are blank, and the last asks (its last entry is 1): the action there earns
-    +1 if it is the cue's index, else -1, and ends the episode. Memoryless, the mean return is 0."""
+    """A cue (one-hot) in the first observation, `length - 1` blank ones, then the question (last
+    entry 1): +1 for the cue's index, else -1, and the end. Memoryless: 0 on average."""
 
     def __init__(self, length: int = 10, num_cues: int = 2):
         if length < 1 or num_cues < 2:
@@ -194,7 +188,7 @@ class MemoryCue(gym.Env):
         return self.observe(), reward, asked, False, {}
 
 
-# MemoryL{length}K{num_cues}-v0; gym.make("MemoryL10K2-v0", length=L, num_cues=k) for other L, k
+# other lengths and cues: gym.make("MemoryL10K2-v0", length=L, num_cues=k)
 for length in (1, 3, 10, 30, 100, 300):
     for num_cues in (2, 4):
         memory_id = f"MemoryL{length}K{num_cues}-v0"
@@ -227,8 +221,7 @@ def make_vector_env(args: Args, num_envs: int, rank: int) -> gym.vector.VectorEn
 
 
 def check_env(args: Args):
-    """Fail, before anything is written, on this script's own settings (minibatches of whole env
-    sequences) or an env that is unknown or of another kind."""
+    """Fail, before anything is written, on this script's settings or an env of another kind."""
     if not args.reward_scale > 0:
         fail(f"--reward-scale must be positive, got {args.reward_scale}")
     if args.forget_bias != 0 and args.cell != "lstm":
@@ -278,41 +271,40 @@ class Agent(nn.Module):
                 nn.init.constant_(param, 0)
             elif "weight" in name:
                 nn.init.orthogonal_(param, 1.0)
-        if args.cell == "lstm":  # the gates: input, forget, cell, output; one of the two biases
+        if args.cell == "lstm":  # gates: input, forget, cell, output
             forget_gate = slice(self.rnn.hidden_size, 2 * self.rnn.hidden_size)
             nn.init.constant_(self.rnn.bias_ih_l0[forget_gate], args.forget_bias)
         self.actor = layer_init(nn.Linear(128, envs.single_action_space.n), std=0.01)
         self.critic = layer_init(nn.Linear(128, 1), std=1.0)
 
     def initial_state(self, num_envs: int, device: torch.device) -> tuple:
-        """A new episode's state: LSTM (h, c), GRU (h,), zeros of (1, num_envs, H)."""
+        """Zeros: (h, c) for an LSTM, (h,) for a GRU, each (1, num_envs, H)."""
         parts = 2 if isinstance(self.rnn, nn.LSTM) else 1
         shape = (1, num_envs, self.rnn.hidden_size)
         return tuple(torch.zeros(shape, device=device) for _ in range(parts))
 
     def run_cell(self, x: torch.Tensor, rnn_state: tuple) -> tuple:
-        """nn.LSTM's state is a pair (h, c), nn.GRU's is h: here both are tuples."""
+        """nn.LSTM's state is (h, c), nn.GRU's h alone: here both are tuples."""
         if isinstance(self.rnn, nn.LSTM):
             return self.rnn(x, rnn_state)
         h, state = self.rnn(x, rnn_state[0])
         return h, (state,)
 
     def get_states(self, x: torch.Tensor, rnn_state: tuple, done: torch.Tensor):
-        """The cell over time-major x (T * B, *obs_shape) from rnn_state, env b's state zeroed
-        before step t where done[t, b] = 1."""
+        """The cell over time-major x (T * B, *obs), env b's state zeroed where done[t, b] = 1."""
         num_envs = rnn_state[0].shape[1]
         hidden = self.network(x).reshape((-1, num_envs, self.rnn.input_size))  # (T, B, 64)
         done = done.reshape((-1, num_envs))  # (T, B)
         new_hidden = []
         for begin, end in stretches(done):
-            keep = (1.0 - done[begin]).view(1, -1, 1)  # 0 for the envs whose episode starts here
+            keep = (1.0 - done[begin]).view(1, -1, 1)  # 0 where an episode starts
             rnn_state = tuple(keep * s for s in rnn_state)
             h, rnn_state = self.run_cell(hidden[begin:end], rnn_state)
             new_hidden.append(h)
         return torch.cat(new_hidden).flatten(0, 1), rnn_state  # (T * B, H), each (1, B, H)
 
     def get_value(self, x: torch.Tensor, rnn_state: tuple, done: Optional[torch.Tensor] = None):
-        if done is None:  # no episode starts within x: it goes on from rnn_state
+        if done is None:  # no episode starts in x
             done = torch.zeros(len(x), device=x.device)
         hidden, _ = self.get_states(x, rnn_state, done)
         return self.critic(hidden).squeeze(-1)  # (T * B,)
@@ -328,14 +320,13 @@ class Agent(nn.Module):
         # clamped: 0 * log(0) is 0, but 0 * -inf is nan
         finite_log_probs = log_probs.clamp(min=torch.finfo(log_probs.dtype).min)
         entropy = -(finite_log_probs * log_probs.softmax(-1)).sum(-1)
-        # (T * B,) action, (T * B,) log-prob, (T * B,) entropy, (T * B,) value, the state after x
+        # (T * B,) action, log-prob, entropy, value; the state after x
         return action, logprob, entropy, self.critic(hidden).squeeze(-1), rnn_state
 
 
 def stretches(done: torch.Tensor) -> list:
     """(begin, end) of the stretches of a (T, B) rollout with no episode start after their first
-    step: one cell call each, not T (the result of one call a step, up to rounding). A CUDA graph
-    being recorded does the same on every call: one step a stretch."""
+    step: a cell call each, as a call a step up to rounding (recording a CUDA graph: step each)."""
     if done.is_cuda and torch.cuda.is_current_stream_capturing():
         starts = list(range(len(done) + 1))
     else:
@@ -400,12 +391,11 @@ def value_loss(newvalue, values, returns, clip_coef: Optional[float]) -> torch.T
 
 
 def update_minibatch(args: Args, agent: Agent, optimizer: optim.Optimizer, minibatch: tuple):
-    """One gradient step on a minibatch (rows of the b_* tensors: some envs' whole sequences, and
-    their state at the rollout's start): its statistics by name, or None,
-    without a step, once the approximate KL passes --target-kl. all_mean, whole_mean_std and
-    average_gradients pool over torchrun's processes (plain run: no-ops)."""
+    """One gradient step on some envs' whole sequences, from their state at the rollout's start:
+    its statistics by name, or None, without a step, past --target-kl. all_mean, whole_mean_std
+    and average_gradients pool over torchrun's processes (plain run: no-ops)."""
     mb_obs, mb_logprobs, mb_actions, mb_advantages, mb_returns, mb_values = minibatch[:6]
-    mb_dones, mb_state = minibatch[6:]  # the envs' dones, their state at the rollout's start
+    mb_dones, mb_state = minibatch[6:]
     _, newlogprob, entropy, newvalue, _ = agent.get_action_and_value(
         mb_obs, mb_state, mb_dones, mb_actions
     )
@@ -450,17 +440,16 @@ def evaluate(args: Args, agent: Agent, envs, ckpt: dict, device: torch.device):
         torch.manual_seed(args.seed)  # the same seed plays the same episodes
         obs, _ = envs.reset(seed=args.seed)
         rnn_state = agent.initial_state(1, device)
-        done = torch.zeros(1, device=device)  # 1: an episode starts, its state zeroed
+        done = torch.zeros(1, device=device)
         returns = []
         while len(returns) < args.eval_episodes:
             with torch.inference_mode():
                 x = torch.as_tensor(obs, dtype=torch.float32, device=device)
-                hidden, rnn_state = agent.get_states(x, rnn_state, done)
-                logits = agent.actor(hidden)
                 if args.eval_greedy:
-                    action = logits.argmax(1)
+                    hidden, rnn_state = agent.get_states(x, rnn_state, done)
+                    action = agent.actor(hidden).argmax(1)
                 else:
-                    action = torch.multinomial(logits.softmax(-1), 1, replacement=True).squeeze(-1)
+                    action, _, _, _, rnn_state = agent.get_action_and_value(x, rnn_state, done)
             obs, _, terminations, truncations, infos = envs.step(action.cpu().numpy())
             done = torch.as_tensor(terminations | truncations, dtype=torch.float32, device=device)
             for _, episode_return, _ in ended_episodes(infos, global_step=0):
@@ -1047,7 +1036,7 @@ if __name__ == "__main__":
     envs.action_space.seed(args.seed + rank)
     next_obs = torch.as_tensor(next_obs, dtype=obs.dtype, device=device)  # (num_envs, *obs_shape)
     next_done = torch.zeros(num_envs)  # (num_envs,), on the host
-    next_rnn_state = agent.initial_state(num_envs, device)  # LSTM (h, c), GRU (h,)
+    next_rnn_state = agent.initial_state(num_envs, device)
     # what one iteration hands the next (--resume: the checkpoint's)
     carry = (next_obs, next_done, next_rnn_state)
     global_step, start_iteration, carry = restore(args, ckpt, rank, agent, optimizer, envs, carry)
@@ -1065,7 +1054,7 @@ if __name__ == "__main__":
                 set_learning_rate(optimizer, frac * args.learning_rate)
 
             # ROLLOUT
-            # the update replays each env's sequence from here (a copy: CUDA graphs overwrite it)
+            # replayed by the update (a copy: CUDA graphs overwrite their outputs)
             initial_rnn_state = tuple(s.clone() for s in next_rnn_state)
             for step in range(0, args.num_steps):
                 global_step += args.num_envs
@@ -1107,7 +1096,7 @@ if __name__ == "__main__":
 
             # UPDATE
             batch = (b_obs, b_logprobs, b_actions, b_advantages, b_returns, b_values, b_dones)
-            # minibatches of whole env sequences: the update shuffles envs, not steps
+            # minibatches of whole env sequences
             envsperbatch = num_envs // args.num_minibatches
             envinds = np.arange(num_envs)
             flatinds = torch.arange(batch_size, device=device).reshape(args.num_steps, num_envs)
