@@ -13,12 +13,18 @@ can be skipped. Checkpoints are pickles: load only those you trust.
 import contextlib
 import errno
 import functools
+import glob
 import importlib.util
 import io
+import itertools
+import math
 import os
 import pickle
 import random
+import shutil
 import signal
+import subprocess
+import sys
 import threading
 import time
 import types
@@ -62,15 +68,19 @@ class Args:
     capture_video: bool = False
     """whether to capture videos of the agent performances (check out `videos` folder)"""
     save_model: bool = False
-    """save a checkpoint to `{run_dir}/{exp_name}.pt` at the end, and on Ctrl-C or SIGTERM"""
+    """save `{run_dir}/{exp_name}.pt` to resume and `.cleanrl_model` to share"""
+    upload_model: bool = False
+    """push the model, its evaluation and a model card to the HF Hub"""
+    hf_entity: str = ""
+    """the Hub user or organization to push to"""
     save_every: float = 10.0
     """with --save-model, also save every this many minutes (0: after every iteration)"""
     run_dir: Optional[str] = None
     """the directory of the TensorBoard log and checkpoint (default: `runs/{run_name}`)"""
     resume: Optional[str] = None
-    """a checkpoint to continue, with its settings (`auto`: the one in --run-dir, if any)"""
+    """a checkpoint or its run dir to continue, with its settings (`auto`: --run-dir's)"""
     eval_checkpoint: Optional[str] = None
-    """a checkpoint to evaluate instead of training, on the env it was trained on"""
+    """a .cleanrl_model (or .pt) to evaluate instead of training"""
     eval_episodes: int = 10
     """the number of episodes to play with `--eval-checkpoint`"""
     eval_greedy: bool = False
@@ -537,10 +547,7 @@ def evaluate(args: Args, agent: Agent, envs, ckpt: dict, device: torch.device):
             for _, episode_return, _ in ended_episodes(infos, global_step=0):
                 returns.append(episode_return)
                 print(f"eval episode {len(returns)}: return {episode_return:.2f}")
-        how = "greedy" if args.eval_greedy else "sampled"
-        mean, std = np.mean(returns), np.std(returns)
-        summary = f"eval: {len(returns)} episodes ({how}), return {mean:.2f} ± {std:.2f}"
-        print(summary + end_recording(args, envs))
+        print(eval_summary(args, envs, returns))
     envs.close()
     raise SystemExit(0)
 
@@ -555,7 +562,8 @@ CHECKPOINT_FORMAT = 3  # raised whenever what a checkpoint holds changes
 # how a run runs and is recorded: what --resume and --eval-checkpoint may change
 MAY_CHANGE_ON_RESUME = (
     "exp_name seed torch_deterministic cuda track wandb_project_name wandb_entity capture_video "
-    "save_model save_every run_dir resume eval_checkpoint eval_episodes eval_greedy env_groups"
+    "save_model upload_model hf_entity save_every run_dir resume eval_checkpoint eval_episodes "
+    "eval_greedy env_groups"
 ).split()
 
 
@@ -570,6 +578,7 @@ def fail(message: str) -> NoReturn:
 def check_args(args: Args):
     positive = ["total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs"]
     positive += ["eval_episodes", "learning_rate", "clip_coef", "max_grad_norm", "target_kl"]
+    positive += ["reward_scale"]  # ppo_rnn.py's
     for name, value in vars(args).items():
         flag = f"--{name.replace('_', '-')}"
         if name in positive and value is not None and not value > 0:
@@ -581,22 +590,48 @@ def check_args(args: Args):
     if args.capture_video and importlib.util.find_spec("moviepy") is None:
         missing = "--capture-video writes videos with moviepy, which does not import here"
         fail(f"{missing}; pip install moviepy")
+    if args.capture_video:  # frames need no display: else SDL may print an XDG_RUNTIME_DIR error
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    if args.upload_model and not args.save_model:
+        fail("--upload-model pushes the model that --save-model saves; add --save-model")
+    if args.upload_model:
+        try:
+            importlib.import_module("huggingface_hub")
+        except ImportError:
+            missing = "--upload-model pushes with huggingface_hub, which does not import here"
+            fail(f"{missing}; pip install huggingface_hub")
     check_env(args)  # the env's kind, and what this script's domain adds to these checks
     batch_size = args.num_envs * args.num_steps
     processes = int(os.environ.get("WORLD_SIZE", 1))  # under torchrun, each steps a share
+    rank = int(os.environ.get("RANK", 0))
     batch = f"num_envs * num_steps = {batch_size}"
     minibatches = args.num_minibatches
     if batch_size % minibatches:
-        fail(f"{batch} is not divisible by --num-minibatches {minibatches}")
+        fits = " or ".join(map(str, divisors_near(batch_size, minibatches)))
+        fail(f"{batch} is not divisible by --num-minibatches {minibatches}; try {fits} of them")
     if args.norm_adv and batch_size // minibatches < 2:
         fail("a minibatch of 1 sample cannot normalize advantages; use fewer --num-minibatches")
     if args.eval_checkpoint is None and args.total_timesteps < batch_size:
         fail(f"--total-timesteps {args.total_timesteps} is less than one batch ({batch})")
+    whole = args.total_timesteps // batch_size * batch_size
+    if args.eval_checkpoint is None and whole != args.total_timesteps and rank == 0:
+        rounded = f"not a multiple of the batch ({batch}): {whole} steps are trained"
+        print(f"notice: --total-timesteps {args.total_timesteps} is {rounded}")
     if args.num_envs % processes or batch_size // processes % minibatches:
         split = f"{processes} processes of whole minibatches"
-        fail(f"--num-envs {args.num_envs} does not split into {split}")
+        unit = processes * minibatches // math.gcd(minibatches, args.num_steps)  # of --num-envs
+        below = args.num_envs // unit * unit
+        fits = f"{below} or {below + unit}" if below else f"{unit}"
+        fail(f"--num-envs {args.num_envs} does not split into {split}; try --num-envs {fits}")
     if args.cuda_graphs and (args.target_kl is not None or processes > 1):
         fail("--cuda-graphs records the whole minibatch step: no --target-kl, no torchrun")
+
+
+def divisors_near(n: int, to: int) -> list:
+    """The divisors of n nearest to `to`: the largest below it and the smallest above it."""
+    below = [d for d in range(1, to) if n % d == 0][-1:]
+    above = [d for d in range(to + 1, n + 1) if n % d == 0][:1]
+    return below + above
 
 
 def start_up(args: Args) -> tuple:
@@ -609,6 +644,13 @@ def start_up(args: Args) -> tuple:
         error = stop.code
     rank = int(os.environ.get("RANK", 0))
     world_size = int(os.environ.get("WORLD_SIZE", 1))
+    if error is None and args.resume:  # a finished run: nothing to do, nothing written
+        last = args.total_timesteps // (args.num_envs * args.num_steps)
+        further = f"--total-timesteps above {args.total_timesteps} trains it further"
+        if ckpt["iteration"] >= last and rank == 0:
+            print(f"{args.resume} is finished (iteration {ckpt['iteration']} of {last}); {further}")
+        if ckpt["iteration"] >= last:
+            raise SystemExit(0)
     cuda = args.cuda and torch.cuda.is_available()
     gpus = torch.cuda.device_count() if cuda else 0
     if cuda and int(os.environ.get("LOCAL_WORLD_SIZE", 1)) > gpus:  # the group could not start
@@ -627,7 +669,22 @@ def start_up(args: Args) -> tuple:
     if args.run_dir is None:
         env_name = args.env_id.replace("/", "_")
         args.run_dir = f"runs/{env_name}__{args.exp_name}__{args.seed}__{int(time.time())}"
+        if rank == 0:
+            args.run_dir = new_directory(args.run_dir)
     return rank, world_size, device, ckpt
+
+
+def new_directory(path: str) -> str:
+    """path, else path-2, path-3...: the first that did not exist, made now (runs of one second)."""
+    for n in itertools.count(1):
+        name = path if n == 1 else f"{path}-{n}"
+        try:
+            os.makedirs(name)
+            return name
+        except FileExistsError:
+            continue
+        except OSError:
+            return name  # start_run says why it cannot be written
 
 
 def start_process_group(args: Args, rank: int, world_size: int, cuda: bool, error) -> Optional[str]:
@@ -651,27 +708,37 @@ def start_process_group(args: Args, rank: int, world_size: int, cuda: bool, erro
 def from_checkpoint(args: Args) -> Optional[dict]:
     """The checkpoint of --resume or --eval-checkpoint (or None); its settings into args."""
     model_path = f"{args.run_dir}/{args.exp_name}.pt"
-    if args.resume == "auto" and (args.run_dir is None or not args.save_model):
+    restart = args.resume == "auto"  # a restart of the same command line: its checkpoint, if any
+    if restart and (args.run_dir is None or not args.save_model):
         fix = "pass --run-dir DIR and --save-model"
         fail(f"--resume auto continues the checkpoint in --run-dir: {fix}")
-    if args.resume == "auto":  # a restart of the same command line: its checkpoint, if it wrote one
+    if restart:
         args.resume = model_path if os.path.exists(model_path) else None
-    elif args.resume is None and args.eval_checkpoint is None and os.path.exists(model_path):
-        fix = "continue it with --resume auto, or pass another --run-dir"
-        fail(f"--run-dir {args.run_dir!r} holds {args.exp_name}.pt: {fix}")
+    if args.resume is None and args.eval_checkpoint is None:
+        check_run_dir(args, restart)
+    if args.resume is not None and os.path.isdir(args.resume) and not args.resume.endswith(".pt"):
+        found = sorted(glob.glob(os.path.join(glob.escape(args.resume), "*.pt")))
+        if len(found) != 1:
+            which = ", ".join(os.path.basename(f) for f in found) or "no checkpoint (*.pt)"
+            fail(f"--resume {args.resume!r} is a directory of {which}; pass the one to continue")
+        args.resume = found[0]
     path = args.eval_checkpoint or args.resume
     if path is None:
         return None
     script = os.path.basename(__file__)
     if not os.path.isfile(path):
         fail(f"checkpoint {path!r} is not a file; pass the path of one that --save-model wrote")
+    model_file = path.endswith(".cleanrl_model")  # tensors and plain values: safe from anyone
     try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=False)
+        ckpt = torch.load(path, map_location="cpu", weights_only=model_file)
     except Exception as e:
         fail(f"checkpoint {path!r} could not be read ({type(e).__name__}); it is corrupt")
     if isinstance(ckpt, dict) and ckpt.get("script", script) != script:
         fail(f"{path!r} was saved by {ckpt['script']}, not {script}; run it with {ckpt['script']}")
-    parts = {"format", "args", "agent", "optimizer", "global_step", "iteration", "ranks"}
+    if args.resume and model_file:
+        fail(f"{path!r} holds the model only; --resume continues the .pt checkpoint beside it")
+    parts = {"format", "args", "agent", "ranks"}
+    parts |= set() if model_file else {"optimizer", "global_step", "iteration"}
     whole = isinstance(ckpt, dict) and parts <= ckpt.keys()
     if not whole or ckpt["format"] != CHECKPOINT_FORMAT:
         fix = "pass one its --save-model wrote"
@@ -680,11 +747,14 @@ def from_checkpoint(args: Args) -> Optional[dict]:
     if args.resume and len(ckpt["ranks"]) != processes:
         saved_by = len(ckpt["ranks"])
         fail(f"{path!r} was saved by {saved_by} process(es), not {processes}; start as many")
-    if args.eval_checkpoint:
-        run_dir = f"{ckpt['args']['run_dir']}-eval"  # its videos apart from training's
-    else:
-        run_dir = os.path.dirname(path) or "."
-    saved = {**ckpt["args"], "run_dir": run_dir}
+    saved = {**ckpt["args"], "run_dir": os.path.dirname(path) or "."}
+    if args.eval_checkpoint:  # how it runs and is recorded: from its command line, not training's
+        defaults = asdict(Args())
+        saved.update({n: defaults[n] for n in MAY_CHANGE_ON_RESUME if n in defaults})
+        saved["run_dir"] = f"{ckpt['args']['run_dir']}-eval"  # its videos apart from training's
+    if args.eval_checkpoint and not model_file and int(os.environ.get("RANK", 0)) == 0:
+        safe = f"{ckpt['args']['exp_name']}.cleanrl_model, beside it, loads without running any"
+        print(f"notice: a .pt checkpoint is a pickle, which can run code as it loads; {safe}")
     given = tyro.cli(Args, default=Args(**saved))  # the command line again, over the saved settings
     differ = [n for n in saved if n not in MAY_CHANGE_ON_RESUME and getattr(given, n) != saved[n]]
     if args.resume and given.total_timesteps > saved["total_timesteps"]:
@@ -696,6 +766,21 @@ def from_checkpoint(args: Args) -> Optional[dict]:
     return ckpt
 
 
+def check_run_dir(args: Args, restart: bool):
+    """A new run's --run-dir holds no other run (a restart by --resume auto: its own events)."""
+    if args.run_dir is None or not os.path.isdir(args.run_dir):
+        return
+    names = sorted(os.listdir(args.run_dir))
+    if f"{args.exp_name}.pt" in names:
+        fix = "continue it with --resume auto, or pass another --run-dir"
+        fail(f"--run-dir {args.run_dir!r} holds {args.exp_name}.pt: {fix}")
+    others = [name for name in names if name.endswith((".pt", ".cleanrl_model"))]
+    if not restart:
+        others += [name for name in names if name.startswith("events.out.tfevents.")]
+    if others:
+        fail(f"--run-dir {args.run_dir!r} holds another run's {others[0]}; pass another --run-dir")
+
+
 def load_agent(agent: nn.Module, envs, ckpt: dict, path: str, rank: int = 0):
     """The saved agent, and the state of its vector wrapper (the continuous script's statistics)."""
     try:
@@ -703,7 +788,37 @@ def load_agent(agent: nn.Module, envs, ckpt: dict, path: str, rank: int = 0):
     except RuntimeError as e:  # missing, unexpected or reshaped: torch's 2nd line names the first
         first = str(e).splitlines()[1].strip()
         fail(f"{path!r} does not fit this Agent ({first}); an edited Agent, or another version's")
-    vars(envs).update(ckpt["ranks"][rank]["wrapper"])
+    for name, value in ckpt["ranks"][rank]["wrapper"].items():
+        setattr(envs, name, unplain(value, getattr(envs, name)))
+
+
+def plain(value):
+    """value, arrays as tensors and objects as dicts: what torch.load(weights_only=True) reads."""
+    if isinstance(value, np.ndarray):
+        return torch.from_numpy(value.copy())
+    if isinstance(value, np.generic):
+        return value.item()
+    if hasattr(value, "__dict__"):  # gymnasium's RunningMeanStd
+        return {key: plain(item) for key, item in vars(value).items()}
+    return value
+
+
+def unplain(value, like):
+    """plain's inverse, into like's types: tensors to arrays, dicts into like's attributes."""
+    if isinstance(value, torch.Tensor):
+        return value.numpy()
+    if isinstance(value, dict):
+        vars(like).update({key: unplain(item, getattr(like, key)) for key, item in value.items()})
+        return like
+    return value
+
+
+def eval_summary(args: Args, envs, returns: list) -> str:
+    """An evaluation's line: its episodes, how they were played, their return and its videos."""
+    how = "greedy" if args.eval_greedy else "sampled"
+    mean, std = np.mean(returns), np.std(returns)
+    summary = f"eval: {plural(len(returns), 'episode')} ({how}), return {mean:.2f} ± {std:.2f}"
+    return summary + end_recording(args, envs)
 
 
 def end_recording(args: Args, envs) -> str:
@@ -736,9 +851,21 @@ def save_checkpoint(
     checkpoint = dict(format=CHECKPOINT_FORMAT, script=os.path.basename(__file__), ranks=ranks)
     checkpoint.update(args=asdict(args), agent=agent.state_dict(), optimizer=optimizer.state_dict())
     checkpoint.update(global_step=global_step, iteration=iteration)
-    path = f"{args.run_dir}/{args.exp_name}.pt"
+    checkpoint["recent_returns"] = list(run.recent_returns)  # the progress line's window
+    write_file(f"{args.run_dir}/{args.exp_name}.pt", checkpoint, iteration)
+    run.saved = iteration
+    # the model to share: loads with torch.load(weights_only=True), runs no code
+    model = dict(format=CHECKPOINT_FORMAT, script=checkpoint["script"], args=checkpoint["args"])
+    model.update(agent=checkpoint["agent"], global_step=global_step)
+    wrapper = {name: plain(value) for name, value in ranks[0]["wrapper"].items()}
+    model["ranks"] = [dict(wrapper=wrapper)]
+    write_file(f"{args.run_dir}/{args.exp_name}.cleanrl_model", model, iteration)
+
+
+def write_file(path: str, obj, iteration: int):
+    """torch.save(obj) to path, atomically: the old file stays until the new one is whole."""
     buffer = io.BytesIO()
-    torch.save(checkpoint, buffer)  # in memory first: a failed write below is the disk's
+    torch.save(obj, buffer)  # in memory first: a failed write below is the disk's
     try:
         with open(f"{path}.tmp", "wb") as f:
             f.write(buffer.getbuffer())
@@ -750,7 +877,6 @@ def save_checkpoint(
             os.remove(f"{path}.tmp")  # no partial file left to fill the disk
         what = f"the checkpoint of iteration {iteration} could not be written ({e.strerror})"
         raise OSError(e.errno, what, path) from None
-    run.saved = iteration
 
 
 def restore(args: Args, ckpt: Optional[dict], rank: int, agent, optimizer, envs, carry: tuple):
@@ -784,7 +910,8 @@ def start_run(args: Args, rank: int, device: torch.device, ckpt: Optional[dict])
     """Rank 0 claims --run-dir (one run a directory, writable now), opens TensorBoard there, prints
     the sizes; stop signals are caught. Returns (the writer, None on other ranks; the run)."""
     run = types.SimpleNamespace(rank=rank, lock=None, signals=[], saved=None, saved_at=time.time())
-    run.recent_returns = deque(maxlen=100)  # the progress line's mean return
+    recent = ckpt.get("recent_returns", []) if ckpt else []  # the progress line's mean return
+    run.recent_returns = deque(recent, maxlen=100)
     run.first_step = ckpt["global_step"] if ckpt else 0  # for this run's steps per second
     run.start_time = time.time()
     try:
@@ -811,7 +938,7 @@ def start_run(args: Args, rank: int, device: torch.device, ckpt: Optional[dict])
     print(f"run dir {args.run_dir}{resumed}")
     processes = int(os.environ.get("WORLD_SIZE", 1))
     sizes = f"batch {args.batch_size}, minibatch {args.minibatch_size}"
-    sizes += f", {args.num_iterations} iterations, {device}"
+    sizes += f", {plural(args.num_iterations, 'iteration')}, {device}"
     if processes > 1:
         sizes += f", {processes} processes of {args.num_envs // processes} envs"
     print(sizes)
@@ -822,7 +949,8 @@ def start_run(args: Args, rank: int, device: torch.device, ckpt: Optional[dict])
     # TensorBoard's thread dies on a full disk, silently here: the next write says it in one line
     threading.excepthook = functools.partial(quiet_writer_thread, run.excepthook)
     # a resumed run logs on in its directory: TensorBoard hides what came after the checkpoint
-    purge_step = None if ckpt is None else ckpt["global_step"] + 1
+    # (a restart by --resume auto before the first checkpoint: all that its dead run logged)
+    purge_step = 0 if ckpt is None else ckpt["global_step"] + 1
     writer = SummaryWriter(args.run_dir, purge_step=purge_step)
     table = "\n".join(f"|{key}|{value}|" for key, value in vars(args).items())
     writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + table)
@@ -897,9 +1025,15 @@ def log_iteration(
     writer.add_scalar("charts/SPS", sps, step)
     recent = "n/a"
     if run.recent_returns:
-        recent = f"{np.mean(run.recent_returns):.2f} ({len(run.recent_returns)} episodes)"
-    eta = (args.num_iterations - i) * args.batch_size / max(sps, 1) / 60
-    print(f"iter {i}/{args.num_iterations} step {step} SPS {sps} return {recent} ETA {eta:.1f} min")
+        episodes = plural(len(run.recent_returns), "episode")
+        recent = f"{np.mean(run.recent_returns):.2f} ({episodes})"
+    eta = (args.num_iterations - i) * args.batch_size / max(sps, 1)
+    eta = f"{eta:.0f} s" if eta < 60 else f"{eta / 60:.1f} min"
+    print(f"iter {i}/{args.num_iterations} step {step} SPS {sps} return {recent} ETA {eta}")
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 def divergence_error(args: Args, run, stats: dict, iteration: int) -> str:
@@ -957,6 +1091,8 @@ def close_run(args: Args, run, writer, envs, finished: list, error: Optional[str
     threading.excepthook = run.excepthook
     if writer is not None and args.track:
         importlib.import_module("wandb").finish()
+    if writer is not None and args.upload_model and error is None and not run.signals:
+        error = upload(args)
     if run.lock is not None:
         run.lock.close()
     if dist.is_initialized():
@@ -967,6 +1103,49 @@ def close_run(args: Args, run, writer, envs, finished: list, error: Optional[str
         dist.destroy_process_group()
     if run.signals:
         raise SystemExit(128 + run.signals[0])
+
+
+def upload(args: Args) -> Optional[str]:
+    """--upload-model: the model file, its evaluation (a fresh process), the TensorBoard log and a
+    model card, in {run_dir}/hub, pushed to the Hugging Face Hub. Returns an error, if any."""
+    name = f"{args.env_id.replace('/', '-')}-{args.exp_name}-seed{args.seed}"
+    repo_id = f"{args.hf_entity}/{name}" if args.hf_entity else name
+    model = f"{args.run_dir}/{args.exp_name}.cleanrl_model"
+    command = [sys.executable, __file__, "--eval-checkpoint", model, "--seed", str(args.seed)]
+    command += ["--eval-episodes", str(args.eval_episodes)]
+    command += ["--capture-video"] if args.capture_video else []
+    alone = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    print(f"evaluating {model} for the Hub: {' '.join(command[1:])}")
+    played = subprocess.run(command, capture_output=True, text=True, env=alone)
+    summary = [line for line in played.stdout.splitlines() if line.startswith("eval: ")]
+    if played.returncode or not summary:
+        return f"the evaluation for --upload-model failed: {played.stderr.strip()[-300:]}"
+    folder = f"{args.run_dir}/hub"
+    os.makedirs(folder, exist_ok=True)
+    shutil.copy(model, folder)
+    for events in glob.glob(f"{glob.escape(args.run_dir)}/events.out.tfevents.*"):
+        shutil.copy(events, folder)
+    videos = f"videos/{os.path.basename(args.run_dir)}-eval"
+    if args.capture_video and os.path.isdir(videos):
+        shutil.copytree(videos, f"{folder}/videos", dirs_exist_ok=True)
+    script = os.path.basename(__file__)
+    card = ["---", f"tags: [reinforcement-learning, ppo, {args.env_id}]", "---"]
+    card += [f"# PPO on {args.env_id}: `{script}`, seed {args.seed}", ""]
+    evaluates = f"`python {script} --eval-checkpoint {args.exp_name}.cleanrl_model` evaluates it"
+    loads = "`torch.load(path, weights_only=True)` loads it"
+    card += [summary[0], "", f"{evaluates} ({loads}).", ""]
+    card += ["| setting | value |", "|-|-|", *[f"| {k} | {v} |" for k, v in vars(args).items()]]
+    with open(f"{folder}/README.md", "w") as f:
+        print("\n".join(card), file=f)
+    hub = importlib.import_module("huggingface_hub")
+    try:
+        hub.HfApi().create_repo(repo_id, exist_ok=True)
+        hub.HfApi().upload_folder(repo_id=repo_id, folder_path=folder)
+    except Exception as e:  # no network, no login, no permission
+        why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        return f"the upload to {repo_id} failed ({why}); {folder} holds what it would push"
+    print(f"uploaded to https://huggingface.co/{repo_id}")
+    return None
 
 
 def all_mean(x: torch.Tensor) -> torch.Tensor:

@@ -184,7 +184,7 @@ def run_key(name: str) -> tuple:
 
 
 # the scripts' progress line; "(last N)" is how logs before the run-management redesign named the return's window
-LOG_LINE = re.compile(r"^iter \d+/\d+ step (\d+) SPS (\d+) return ([-\d.]+) \((?:last \d+|\d+ episodes)\)", re.M)
+LOG_LINE = re.compile(r"^iter \d+/\d+ step (\d+) SPS (\d+) return ([-\d.]+) \((?:last \d+|\d+ episodes?)\)", re.M)
 
 
 def read_log(path: Path) -> dict:
@@ -206,9 +206,10 @@ def collect(runs_dir: Path, save: bool = False) -> dict:
     first, then the scalars); `save`: keep the scalars of each run read from its events (save_scalars)."""
     groups = defaultdict(dict)
     for log in sorted(runs_dir.rglob("*.log")):
-        *name, env_id, seed = log.stem.split("__")
-        if not name or not seed.isdigit():
+        parts = log.stem.split("__")
+        if len(parts) < 3 or not parts[-1].isdigit():  # not a run's log (torchrun.sh's speed_ppo_1proc.log)
             continue
+        *name, env_id, seed = parts
         run = read_log(log)
         if np.isfinite(run["final"]):
             groups[(env_id.split(":")[-1], "__".join(name))][int(seed)] = run

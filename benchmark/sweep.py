@@ -8,13 +8,15 @@ checkpoint {exp_name}.pt, where report.py reads them), and runs as
 
     python SCRIPT --env-id ENV --seed SEED --run-dir DIR --save-model --resume auto ARGS...
 
-with its output appended to OUT/logs/{script}__{env_id}__{seed}.log. So a job that stops early continues where it
+with its output appended to OUT/logs/{script}[__{tag}]__{env_id}__{seed}.log. So a job that stops early continues where it
 stopped when it runs again:
 - Slurm's signal before a time limit or a preemption (submitit's, SIGUSR2, --signal-delay seconds before): the job
   stops the script as SIGTERM does (it saves its last whole iteration) and submitit requeues it;
 - `scontrol requeue`, `scancel`, a preemption without that signal: Slurm's SIGTERM reaches the script, which saves;
   Slurm requeues the job (or not, for scancel) and the job leaves no result behind;
 - the same sweep command run again: finished runs stop at once, the others continue.
+With --fresh (what run_many.sh passes without CONTINUE=1) the sweep is a new one instead: it stops if a run's directory
+exists, and each run's log starts empty.
 On the gymnasium env paths the continued run equals a run that never stopped (the scripts' exact resume);
 ppo_atari.py's native envs continue with fresh games (docs/checkpoints.md).
 """
@@ -159,10 +161,16 @@ def plan(args, exp_name: str, script_args: list) -> list:
     for env_id in args.env_ids:
         for seed in args.seeds:
             run_dir = out / "runs" / f"{env_id}__{exp_name}__{seed}__sweep"
-            log = out / "logs" / f"{Path(args.script).stem}__{env_id.replace('/', '_')}__{seed}.log"
+            if args.fresh and run_dir.exists():
+                fail(f"{run_dir} exists, an earlier sweep's run: drop --fresh to continue it, or move it away")
+            tag = f"__{args.tag}" if args.tag else ""
+            log = out / "logs" / f"{Path(args.script).stem}{tag}__{env_id.replace('/', '_')}__{seed}.log"
             command = [sys.executable, str(ROOT / args.script), "--env-id", env_id, "--seed", str(seed)]
             command += ["--run-dir", str(run_dir), "--save-model", "--resume", "auto", *script_args]
             runs.append((env_id, seed, Run(command, str(log), str(run_dir / f"{exp_name}.pt"))))
+    if args.fresh:  # each log starts empty (a requeued job appends to it, as before)
+        for _, _, run in runs:
+            Path(run.log).write_text("")
     return runs
 
 
@@ -217,6 +225,12 @@ def main(argv=None):
     )
     parser.add_argument("--max-requeues", type=int, default=30, help="time-limit requeues per run before it gives up")
     parser.add_argument("--wait", action="store_true", help="Slurm: wait for every job and print how it ended")
+    parser.add_argument(
+        "--fresh",
+        action="store_true",
+        help="a new sweep: stop if a run's directory exists, and start each run's log empty (run_many.sh without CONTINUE=1)",
+    )
+    parser.add_argument("--tag", default=None, help="logs named {script}__{tag}__{env_id}__{seed}.log, as run_many.sh's TAG")
     args = parser.parse_args(argv)
     args.script = Path(args.script).name
     if args.script not in SCRIPTS:

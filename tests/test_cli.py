@@ -38,7 +38,7 @@ TAGS = [
 BAD_ARGS = [
     (["--env-id", "CartPol-v1"], "unknown env id 'CartPol-v1'"),
     (["--env-id", "foo:Bar-v0"], "the module of env id 'foo:Bar-v0' does not import (No module named 'foo')"),
-    (["--num-minibatches", "3"], "not divisible by --num-minibatches 3"),
+    (["--num-minibatches", "3"], "--num-minibatches 3"),
     (["--num-envs", "0"], "--num-envs must be positive"),
     (["--num-steps", "-5"], "--num-steps must be positive"),
     (["--total-timesteps", "0"], "--total-timesteps must be positive"),
@@ -156,16 +156,21 @@ def test_cli_smoke_logs_every_tag_and_video_then_evaluates(script, tmp_path, cap
     assert "hyperparameters/text_summary" in events.Tags()["tensors"]
     assert list(tmp_path.glob("videos/*/*.mp4"))
 
-    path, evals = str(checkpoint_path(tmp_path)), []
-    for extra in ([], ["--capture-video"], ["--eval-greedy"]):
+    path, evals = checkpoint_path(tmp_path), []
+    model = str(path.with_suffix(".cleanrl_model"))  # the shareable model file, read with weights_only=True
+    for checkpoint, extra in ((path, []), (model, []), (path, ["--capture-video"]), (path, ["--eval-greedy"])):
         with pytest.raises(SystemExit) as stop:
-            run(script, *env, "--eval-checkpoint", path, "--eval-episodes", "3", *extra, cwd=tmp_path)
+            run(script, *env, "--eval-checkpoint", str(checkpoint), "--eval-episodes", "3", *extra, cwd=tmp_path)
         assert stop.value.code == 0
         (summary,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("eval: ")]
         evals.append(summary)
-    assert evals[0] == evals[1]  # the same seed plays the same episodes, recorded or not
-    assert re.match(r"eval: 3 episodes \(greedy\), return -?[\d.]+ ± [\d.]+", evals[2])
+        if len(evals) == 2:  # recorded only when asked, not because training was
+            assert not list(tmp_path.glob("videos/*-eval"))
+    recorded = f"; videos in videos/{run_dir.name}-eval/"
+    assert evals[0] == evals[1] and not evals[0].endswith(recorded)  # the model file plays as the checkpoint
+    assert evals[2] == evals[0] + recorded  # the same seed plays the same episodes, recorded or not
     assert list(tmp_path.glob("videos/*-eval/*.mp4"))
+    assert re.match(r"eval: 3 episodes \(greedy\), return -?[\d.]+ ± [\d.]+$", evals[3])
 
 
 LEARNING = {

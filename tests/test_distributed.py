@@ -157,7 +157,8 @@ def test_normalization_statistics_are_shared(tmp_path):
 
 def test_bad_distributed_setups_are_one_line_errors(tmp_path, monkeypatch):
     records = run_distributed("ppo.py", ["--num-envs", "3", "--total-timesteps", "384"], tmp_path / "a")
-    assert records[0]["error"] == "error: --num-envs 3 does not split into 2 processes of whole minibatches"
+    error = "error: --num-envs 3 does not split into 2 processes of whole minibatches; try --num-envs 2 or 4"
+    assert records[0]["error"] == error  # 1 or 2 envs a process, each 128 steps: 4 minibatches of 32 or 64
     assert records[1]["error"] == 1  # every process stops; rank 0 alone says why
 
     argvs = [[*SMALL, "--total-timesteps", "64"], [*SMALL, "--total-timesteps", "64", "--learning-rate", "0.001"]]

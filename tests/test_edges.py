@@ -50,8 +50,8 @@ def written(run_dir) -> list:
 
 
 def settled(run_dir) -> list:
-    """written(run_dir) but the checkpoint a running run is writing at that moment (`ppo.pt.tmp`, renamed once synced)."""
-    return [name for name in written(run_dir) if name != "ppo.pt.tmp"]
+    """written(run_dir) but the files a running run is writing at that moment (`*.tmp`, renamed once synced)."""
+    return [name for name in written(run_dir) if not name.endswith(".tmp")]
 
 
 def test_a_full_disk_stops_in_one_line_keeps_the_last_checkpoint_and_resumes_once_freed(tmp_path):
@@ -79,7 +79,7 @@ def test_a_failed_checkpoint_write_is_one_line_and_leaves_the_previous_one(tmp_p
 
     def fills_up(fd):
         calls[0] += 1
-        if calls[0] >= 4:  # checkpoints 1, 2, 3 synced; the 4th and every later one not
+        if calls[0] >= 7:  # checkpoints 1, 2, 3 and their model files synced; the 4th and every later one not
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         fsync(fd)
 
@@ -154,11 +154,9 @@ def test_two_runs_in_one_run_dir_the_second_is_refused_until_the_first_is_gone(t
     finally:
         first.kill()  # SIGKILL: no clean-up, and the lock dies with the process
         first.communicate(timeout=60)
-    # the lock died with the first: another run takes the directory (under another name: the first's checkpoint stays)
-    third = cli(
-        "ppo.py", *argv[:-4], "--total-timesteps", "64", "--run-dir", str(run_dir), "--exp-name", "third", cwd=tmp_path
-    )
-    assert third.returncode == 0, third.stderr
+    # the lock died with the first: what refuses another experiment now is the first's files, not a run in progress
+    third = cli("ppo.py", *argv[:-4], "--run-dir", str(run_dir), "--exp-name", "third", cwd=tmp_path)
+    assert one_line_error(third).startswith(f"error: --run-dir '{run_dir}' holds another run's ppo.")
 
 
 def test_a_directory_where_the_checkpoint_goes_is_one_line_before_anything_is_written(tmp_path):
@@ -184,7 +182,7 @@ def test_a_checkpoint_without_its_parts_or_parameters_that_do_not_fit_is_one_lin
     del ckpt["ranks"]
     torch.save(ckpt, tmp_path / "partial.pt")
     run_dir = tmp_path / "run"
-    argv = [*RUN, "--total-timesteps", "64", "--run-dir", str(run_dir)]
+    argv = [*RUN, "--total-timesteps", "96", "--run-dir", str(run_dir)]  # one iteration more than it trained
     assert error_of("ppo.py", *argv, "--resume", str(tmp_path / "partial.pt"), cwd=tmp_path) == (
         f"error: '{tmp_path}/partial.pt' is not a whole checkpoint of this ppo.py; pass one its --save-model wrote"
     )
@@ -213,20 +211,10 @@ def test_save_every_nan_and_capture_video_without_moviepy_are_refused_before_any
 def test_a_run_that_reached_its_end_exits_0_and_releases_its_run_dir(script, tmp_path):
     """The exit status is 0 for a finished run (a stopped one's is 128 + the signal: tests/test_signals.py), and a run
     in this process (IPython's %run) releases its run dir when it ends: another process can continue there."""
-    argv = [
-        "--env-id",
-        QUICK_ENV[script],
-        *RUN,
-        "--total-timesteps",
-        "64",
-        "--run-dir",
-        str(tmp_path / "run"),
-        "--resume",
-        "auto",
-    ]
-    assert cli(script, *argv, cwd=tmp_path).returncode == 0
-    assert run(script, *argv, cwd=tmp_path)["start_iteration"] == 3  # resumed at its end: nothing left to train
-    again = cli(script, *argv, cwd=tmp_path)
+    argv = ["--env-id", QUICK_ENV[script], *RUN, "--run-dir", str(tmp_path / "run"), "--resume", "auto"]
+    assert cli(script, *argv, "--total-timesteps", "64", cwd=tmp_path).returncode == 0
+    assert run(script, *argv, "--total-timesteps", "96", cwd=tmp_path)["start_iteration"] == 3  # trained further
+    again = cli(script, *argv, "--total-timesteps", "128", cwd=tmp_path)
     assert again.returncode == 0 and "resumed from" in again.stdout, again.stderr
 
 

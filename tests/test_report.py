@@ -48,7 +48,7 @@ def test_report_from_runs(tmp_path, capsys):
     for seed in ("1", "2"):
         capsys.readouterr()
         run("ppo.py", *TINY, "--total-timesteps", "640", "--seed", seed, cwd=tmp_path)
-        printed[int(seed)] = re.findall(r"step (\d+) SPS \d+ return ([\d.]+) \(\d+ episodes", capsys.readouterr().out)
+        printed[int(seed)] = re.findall(r"step (\d+) SPS \d+ return ([\d.]+) \(\d+ episodes?\)", capsys.readouterr().out)
     out = tmp_path / "report"
     result = subprocess.run(
         [

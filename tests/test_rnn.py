@@ -135,7 +135,7 @@ def test_forget_bias_sets_the_lstm_forget_gate_alone():
 
 def test_forget_bias_with_a_gru_is_one_line(tmp_path):
     message = error_of("ppo_rnn.py", *TINY, "--cell", "gru", "--forget-bias", "1", cwd=tmp_path)
-    assert message == "error: --forget-bias 1.0 is an LSTM setting, and the gru has no forget gate; drop it"
+    assert "--forget-bias" in message and "the GRU has no forget gate" in message
 
 
 def test_minibatches_are_whole_env_sequences(tmp_path, monkeypatch):
@@ -267,7 +267,7 @@ def test_checkpoint_that_does_not_fit_the_agent_is_one_line(tmp_path):
     ckpt = torch.load(path, weights_only=False)
     ckpt["agent"] = {name.replace("rnn.", "lstm."): value for name, value in ckpt["agent"].items()}
     torch.save(ckpt, tmp_path / "older.pt")
-    for argv in (["--eval-checkpoint", "older.pt"], [*TINY, "--total-timesteps", "32", "--resume", "older.pt"]):
+    for argv in (["--eval-checkpoint", "older.pt"], [*TINY, "--total-timesteps", "64", "--resume", "older.pt"]):
         message = error_of("ppo_rnn.py", *argv, cwd=tmp_path)
         assert "'older.pt' does not fit this Agent (Missing key(s) in state_dict: " in message
         assert message.endswith("; an edited Agent, or another version's")

@@ -82,7 +82,7 @@ def test_a_write_stopped_before_its_rename_leaves_the_previous_checkpoint(tmp_pa
     agent = torch.nn.Linear(2, 1)
     optimizer = torch.optim.Adam(agent.parameters())
     carry = (torch.zeros(2), torch.zeros(2))
-    run_state = types.SimpleNamespace(rank=0, saved=None)  # what start_run makes: rank 0, nothing saved yet
+    run_state = types.SimpleNamespace(rank=0, saved=None, recent_returns=[])  # what start_run makes: rank 0, nothing saved yet
     module.save_checkpoint(args, run_state, agent, optimizer, object(), 10, 1, carry)  # an env with no state of its own
 
     def killed(*args):
@@ -123,7 +123,7 @@ def test_resume_auto_continues_the_run_in_its_directory_and_its_log_once(tmp_pat
 
     def replace_five_times(src, dst):
         calls[0] += 1
-        if calls[0] <= 5:
+        if calls[0] <= 10:  # five saves of the checkpoint and its model file
             replace(src, dst)
 
     with monkeypatch.context() as m:

@@ -47,7 +47,7 @@ def test_local_sweep_runs_every_run_and_the_report_gives_each_group_an_iqm(tmp_p
     one = ["--env-ids", "CartPole-v1", "--seeds", "1", "--out", str(out), "--jobs", "1"]
     again = sweep("ppo.py", *one, "--", *TINY, "--total-timesteps", "1280", "--no-cuda")
     assert again.returncode == 0, again.stderr
-    assert "resumed from" in (out / "logs" / "ppo__CartPole-v1__1.log").read_text()
+    assert "ppo.pt is finished (iteration 40 of 40)" in (out / "logs" / "ppo__CartPole-v1__1.log").read_text()
 
     printed = subprocess.run(
         [sys.executable, str(ROOT / "benchmark" / "report.py"), str(out), "--out", str(tmp_path / "report"), "--reps", "500"],
