@@ -345,7 +345,8 @@ def test_torchrun_max_restarts_continues_a_killed_run_from_its_checkpoint(tmp_pa
     assert proc.returncode == 0, out[-4000:]
     assert "resumed from" in out and not (tmp_path / "runs").exists()
     straight = torchrun("--standalone", "--nproc-per-node", "2", *argv, "--run-dir", str(tmp_path / "straight"), cwd=tmp_path)
-    assert straight.communicate(timeout=300)[1] is None and straight.returncode == 0
+    said = straight.communicate(timeout=300)[0]  # stderr joins stdout: torchrun()
+    assert straight.returncode == 0 and "finished after iteration 30, saved to" in said, said[-2000:]
     ckpt, reference = (torch.load(path / "ppo.pt", weights_only=False) for path in (run_dir, tmp_path / "straight"))
     assert ckpt["global_step"] == 1920 and all(torch.equal(v, reference["agent"][k]) for k, v in ckpt["agent"].items())
     steps = [

@@ -60,8 +60,8 @@ def test_value_loss_is_the_closed_form(script, clip_vloss, tmp_path, monkeypatch
     stats = g["update_minibatch"](g["args"], agent, optimizer, minibatch)
     value_loss = stats["value_loss"].item()
     assert value_loss == pytest.approx(closed_form(rows, eps, clip_vloss), rel=1e-5)
-    if clip_vloss:  # the case in point: rows where the clipped error is the larger
-        assert closed_form(rows, eps, True) > closed_form(rows, eps, False)
+    if clip_vloss:  # the case in point: the script's loss took the clipped error where it is the larger
+        assert value_loss > 1.1 * closed_form(rows, eps, False)
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
