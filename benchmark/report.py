@@ -65,6 +65,8 @@ NORMALIZATION = {
     "Walker2d-v5": (1.629008, 4592.3),
     "Ant-v5": (-325.6, 3879.7),
 }
+# MuJoCo v4 (CleanRL's table's versions): the v5 bounds, the same bodies and rewards
+NORMALIZATION.update({f"{name}-v4": NORMALIZATION[f"{name}-v5"] for name in ("HalfCheetah", "Hopper", "Walker2d", "Ant")})
 NORMALIZATION.update({f"MemoryL{length}K{cues}-v0": (-1.0, 0.9) for length in (1, 3, 10, 30, 100, 300) for cues in (2, 4)})
 NORMALIZATION.update({f"{game}NoFrameskip-v4": bounds for game, bounds in ATARI.items()})
 NORMALIZATION.update({f"ALE/{game}-v5": bounds for game, bounds in ATARI.items()})
@@ -540,7 +542,7 @@ def plot(groups: dict, title: str, path: Path, reps: int = 2000, seed: int = 0):
     plt.close(fig)
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("runs_dir", type=Path, nargs="+", help="folders of run directories or run logs, searched at any depth")
     parser.add_argument("--env", action="append", default=None, help="only this env id, as the runs name it (repeatable)")
@@ -565,7 +567,7 @@ def main():
     parser.add_argument("--compare", nargs=2, metavar=("A", "B"), default=None, help="P(experiment A improves on B)")
     parser.add_argument("--reps", type=int, default=5000, help="bootstrap resamples (curves: 2,000)")
     parser.add_argument("--seed", type=int, default=0, help="the bootstraps' random seed")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.threshold not in (None, "solved"):
         try:
             float(args.threshold)

@@ -435,7 +435,7 @@ def test_native_env_groups_store_the_transitions_of_one_group(tmp_path, monkeypa
     group rollout stores, on Breakout with lost lives, serves and whole games in it: observations, actions, rewards,
     dones, the observation after the rollout and every logged game, exactly; values and log-probabilities, computed
     on batches of 4 instead of 8, to float32 rounding."""
-    table = np.random.default_rng(0).integers(4, size=8 * 400)
+    table = np.random.default_rng(0).integers(4, size=8 * 200)
 
     def collect(groups: str) -> dict:
         rows, logged = [0], []
@@ -449,9 +449,9 @@ def test_native_env_groups_store_the_transitions_of_one_group(tmp_path, monkeypa
             m.setattr(torch, "multinomial", multinomial)  # the policy's sampling (get_action_and_value)
             m.setattr(SummaryWriter, "add_scalar", lambda self, tag, *a, **k: logged.append((tag, *a)))
             interrupt_at_call(m, torch.optim.Adam, "step", 1)  # the first rollout, then stop
-            argv = ["--num-envs", "8", "--num-steps", "400", "--num-minibatches", "4", "--total-timesteps", "3200"]
+            argv = ["--num-envs", "8", "--num-steps", "200", "--num-minibatches", "4", "--total-timesteps", "1600"]
             g = run(SCRIPT, *argv, "--env-groups", groups, cwd=tmp_path / groups)
-        assert len(g["envs"].parts) == int(groups) and rows[0] == 8 * 400
+        assert len(g["envs"].parts) == int(groups) and rows[0] == 8 * 200
         return {
             **{k: g[k] for k in ("obs", "actions", "rewards", "dones", "next_obs", "next_done", "values", "logprobs")},
             "games": logged,

@@ -160,7 +160,7 @@ def test_cli_smoke_logs_every_tag_and_video_then_evaluates(script, tmp_path, cap
     model = str(path.with_suffix(".cleanrl_model"))  # the shareable model file, read with weights_only=True
     for checkpoint, extra in ((path, []), (model, []), (path, ["--capture-video"]), (path, ["--eval-greedy"])):
         with pytest.raises(SystemExit) as stop:
-            run(script, *env, "--eval-checkpoint", str(checkpoint), "--eval-episodes", "3", *extra, cwd=tmp_path)
+            run(script, *env, "--eval-checkpoint", str(checkpoint), "--eval-episodes", "2", *extra, cwd=tmp_path)
         assert stop.value.code == 0
         (summary,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("eval: ")]
         evals.append(summary)
@@ -170,7 +170,7 @@ def test_cli_smoke_logs_every_tag_and_video_then_evaluates(script, tmp_path, cap
     assert evals[0] == evals[1] and not evals[0].endswith(recorded)  # the model file plays as the checkpoint
     assert evals[2] == evals[0] + recorded  # the same seed plays the same episodes, recorded or not
     assert list(tmp_path.glob("videos/*-eval/*.mp4"))
-    assert re.match(r"eval: 3 episodes \(greedy\), return -?[\d.]+ ± [\d.]+$", evals[3])
+    assert re.match(r"eval: 2 episodes \(greedy\), return -?[\d.]+ ± [\d.]+$", evals[3])
 
 
 LEARNING = {

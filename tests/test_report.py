@@ -4,6 +4,7 @@ import re
 import shutil
 import subprocess
 import sys
+import types
 
 import numpy as np
 from torch.utils.tensorboard import SummaryWriter
@@ -12,6 +13,21 @@ from tests.helpers import ROOT, TINY, run
 
 sys.path.insert(0, str(ROOT / "benchmark"))
 import report  # noqa: E402
+
+
+def report_cli(capsys, argv: list) -> types.SimpleNamespace:
+    """report.py's command line, run in this process (no fresh interpreter importing matplotlib and rliable each time):
+    its exit status, stdout and stderr, as subprocess.run would give them."""
+    capsys.readouterr()
+    try:
+        report.main([str(arg) for arg in argv])
+        code = 0
+    except SystemExit as stop:
+        code = stop.code
+    out, err = capsys.readouterr()
+    if isinstance(code, str):  # SystemExit("error: ..."): printed to stderr, status 1
+        err, code = err + code + "\n", 1
+    return types.SimpleNamespace(returncode=code or 0, stdout=out, stderr=err)
 
 
 def fake_run(steps: np.ndarray, returns: np.ndarray) -> dict:
@@ -50,18 +66,15 @@ def test_report_from_runs(tmp_path, capsys):
         run("ppo.py", *TINY, "--total-timesteps", "640", "--seed", seed, cwd=tmp_path)
         printed[int(seed)] = re.findall(r"step (\d+) SPS \d+ return ([\d.]+) \(\d+ episodes?\)", capsys.readouterr().out)
     out = tmp_path / "report"
-    result = subprocess.run(
+    result = report_cli(
+        capsys,
         [
-            sys.executable,
-            str(ROOT / "benchmark" / "report.py"),
             str(tmp_path / "runs"),
             "--out",
             str(out),
             "--at",
             "100,320,640",
         ],
-        capture_output=True,
-        text=True,
     )
     assert result.returncode == 0, result.stderr
     (row,) = [
@@ -91,7 +104,7 @@ def test_report_from_runs(tmp_path, capsys):
         ]
 
 
-def test_solved_threshold_and_success_rate_on_known_numbers():
+def test_solved_threshold_and_success_rate_on_known_numbers(capsys):
     """`--threshold solved` takes each task's own level (NORMALIZATION's top); the success rate counts the +1 episodes
     of the last 100 on a task whose every episode returns +1 or -1, and is n/a elsewhere."""
     steps = np.arange(1, 201) * 10
@@ -117,11 +130,7 @@ def test_solved_threshold_and_success_rate_on_known_numbers():
     assert rows[("CartPole-v1", "ppo")].endswith("| 475: 1,950 | n/a |")
     assert rows[("Unknown-v0", "ppo")].endswith("| n/a | n/a |")
     assert report.table(groups, "250", 100, 0).splitlines()[2].endswith("| 1,500 |")  # a number applies to every task
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "benchmark" / "report.py"), ".", "--out", "x", "--threshold", "high"],
-        capture_output=True,
-        text=True,
-    )
+    result = report_cli(capsys, [".", "--out", "x", "--threshold", "high"])
     assert result.returncode == 1 and result.stderr.strip() == "error: --threshold takes a number or `solved`, not 'high'"
 
 
@@ -204,7 +213,7 @@ def test_benchmark_variant_names_map_to_the_script_flags():
         ), name
 
 
-def test_a_report_rebuilds_from_its_saved_scalars_byte_for_byte(tmp_path):
+def test_a_report_rebuilds_from_its_saved_scalars_byte_for_byte(tmp_path, capsys):
     """--save-scalars keeps what report.py reads of each run's events in scalars/ beside runs/, which git does not keep:
     the report rebuilt from the scalars alone, as on a clean clone, is the same markdown and the same PNGs, byte for
     byte; saving them again writes the same bytes (no churn in git)."""
@@ -216,12 +225,10 @@ def test_a_report_rebuilds_from_its_saved_scalars_byte_for_byte(tmp_path):
                 if step % 1000 == 0:
                     writer.add_scalar("charts/SPS", 900 + seed, step)
                     writer.add_scalar("losses/approx_kl", float(rng.random() / 100), step)
-    argv = [sys.executable, str(ROOT / "benchmark" / "report.py"), str(results / "runs"), str(results / "scalars")]
+    argv = [str(results / "runs"), str(results / "scalars")]
     argv += ["--peaks", "--reps", "200", "--at", "10000,30000"]
     for out in ("a", "b"):
-        result = subprocess.run(
-            [*argv, "--save-scalars", "--out", str(tmp_path / out / "report")], capture_output=True, text=True
-        )
+        result = report_cli(capsys, [*argv, "--save-scalars", "--out", str(tmp_path / out / "report")])
         assert result.returncode == 0, result.stderr
         saved = {path.name: path.read_bytes() for path in (results / "scalars").iterdir()}
         if out == "a":
@@ -229,7 +236,7 @@ def test_a_report_rebuilds_from_its_saved_scalars_byte_for_byte(tmp_path):
     assert sorted(saved) == [f"CartPole-v1__ppo__{seed}__{1795000000 + seed}.json.gz" for seed in (1, 2, 3)]
     assert saved == first
     shutil.rmtree(results / "runs")
-    result = subprocess.run([*argv, "--out", str(tmp_path / "c" / "report")], capture_output=True, text=True)
+    result = report_cli(capsys, [*argv, "--out", str(tmp_path / "c" / "report")])
     assert result.returncode == 0, result.stderr
     for name in ("report.md", "report.png", "report_profile.png"):
         assert (tmp_path / "c" / name).read_bytes() == (tmp_path / "a" / name).read_bytes(), name

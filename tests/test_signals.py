@@ -27,8 +27,8 @@ from tests.helpers import (
 
 @pytest.mark.parametrize("script", SCRIPTS)  # the GRU's state goes through the same checkpoint: test_training.py resumes it
 def test_sigterm_saves_and_the_resumed_run_equals_an_uninterrupted_one(script, tmp_path):
-    # 64 iterations of 2 envs x 16 steps (Atari's, 80 ms each on 2 cores: 16): the signal arrives long before the end
-    iterations = 16 if script == "ppo_atari.py" else 64
+    # 64 iterations of 2 envs x 16 steps (Atari's, 80 ms each on 2 cores: 8): the signal arrives long before the end
+    iterations = 8 if script == "ppo_atari.py" else 64
     argv = [
         "--env-id",
         QUICK_ENV[script],
