@@ -61,8 +61,6 @@ REPORTS = {
         ["ppo_atari_1m_native/logs"],
         ["--title", "ppo_atari.py, Breakout 1M, CPU: default and throughput settings (stats by report.py from the run logs)"]
         + ["--compare", "ppo_atari__throughput", "ppo_atari"],
-        "made from the committed logs by the report.py of 371941e: its tables rebuild, but report.py has since added the"
-        " note under the first table (45719ca) and laid its figures out anew",
         stem="stats",
     ),
     "ppo": Report(
