@@ -157,13 +157,13 @@ def test_normalization_statistics_are_shared(tmp_path):
 
 def test_bad_distributed_setups_are_one_line_errors(tmp_path, monkeypatch):
     records = run_distributed("ppo.py", ["--num-envs", "3", "--total-timesteps", "384"], tmp_path / "a")
-    error = "error: --num-envs 3 does not split into 2 processes of whole minibatches; try --num-envs 2 or 4"
-    assert records[0]["error"] == error  # 1 or 2 envs a process, each 128 steps: 4 minibatches of 32 or 64
+    error = records[0]["error"]  # 1 or 2 envs a process, each 128 steps: 4 minibatches of 32 or 64
+    assert error.startswith("error: --num-envs 3 ") and "2 processes" in error and error.endswith("--num-envs 2 or 4")
     assert records[1]["error"] == 1  # every process stops; rank 0 alone says why
 
     argvs = [[*SMALL, "--total-timesteps", "64"], [*SMALL, "--total-timesteps", "64", "--learning-rate", "0.001"]]
     records = run_distributed("ppo.py", None, tmp_path / "b", argvs=argvs)
-    assert records[0]["error"] == "error: the processes were started with different arguments (learning_rate)"
+    assert records[0]["error"].startswith("error: ") and "different arguments (learning_rate)" in records[0]["error"]
     assert records[1]["error"] == 1
 
     # one GPU for two local processes: refused before any process group is made
@@ -172,7 +172,7 @@ def test_bad_distributed_setups_are_one_line_errors(tmp_path, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     message = error_of("ppo.py", *SMALL, "--cuda", cwd=tmp_path / "c")
-    assert message == "error: more processes than the 1 GPU(s) here; lower --nproc-per-node, or pass --no-cuda"
+    assert "1 GPU(s)" in message and "--nproc-per-node" in message and "--no-cuda" in message
 
 
 def torchrun(*args: str, cwd, env=None) -> subprocess.Popen:

@@ -183,15 +183,13 @@ def test_a_checkpoint_without_its_parts_or_parameters_that_do_not_fit_is_one_lin
     torch.save(ckpt, tmp_path / "partial.pt")
     run_dir = tmp_path / "run"
     argv = [*RUN, "--total-timesteps", "96", "--run-dir", str(run_dir)]  # one iteration more than it trained
-    assert error_of("ppo.py", *argv, "--resume", str(tmp_path / "partial.pt"), cwd=tmp_path) == (
-        f"error: '{tmp_path}/partial.pt' is not a whole checkpoint of this ppo.py; pass one its --save-model wrote"
-    )
+    message = error_of("ppo.py", *argv, "--resume", str(tmp_path / "partial.pt"), cwd=tmp_path)
+    assert f"'{tmp_path}/partial.pt' is not a whole checkpoint of this ppo.py" in message and "--save-model" in message
     ckpt = torch.load(saved / "ppo.pt", weights_only=False)
     ckpt["agent"]["critic.0.weight"] = torch.zeros(32, 4)  # an edited Agent's
     torch.save(ckpt, tmp_path / "edited.pt")
-    assert error_of("ppo.py", *argv, "--resume", str(tmp_path / "edited.pt"), cwd=tmp_path).startswith(
-        f"error: '{tmp_path}/edited.pt' does not fit this Agent (size mismatch for critic.0.weight: copying a param with shape"
-    )
+    message = error_of("ppo.py", *argv, "--resume", str(tmp_path / "edited.pt"), cwd=tmp_path)
+    assert f"'{tmp_path}/edited.pt' does not fit this Agent (" in message and "critic.0.weight" in message  # torch's words
     assert not run_dir.exists()  # no run dir, no event file, no purge of an earlier log
 
 

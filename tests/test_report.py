@@ -15,6 +15,13 @@ sys.path.insert(0, str(ROOT / "benchmark"))
 import report  # noqa: E402
 
 
+def by_task(table: str) -> dict:
+    """{(env, experiment): {column name: cell}} of a report's markdown table, by its header, not by row positions."""
+    lines = [line for line in table.splitlines() if line.startswith("|")]
+    head, *rows = ([cell.strip() for cell in line.strip("|").split("|")] for line in lines[:1] + lines[2:])
+    return {tuple(cells[:2]): dict(zip(head, cells, strict=True)) for cells in rows}
+
+
 def report_cli(capsys, argv: list) -> types.SimpleNamespace:
     """report.py's command line, run in this process (no fresh interpreter importing matplotlib and rliable each time):
     its exit status, stdout and stderr, as subprocess.run would give them."""
@@ -129,7 +136,7 @@ def test_solved_threshold_and_success_rate_on_known_numbers(capsys):
     assert rows[("MemoryL30K2-v0", "ppo")].endswith("| 0.9: never | 50 |")
     assert rows[("CartPole-v1", "ppo")].endswith("| 475: 1,950 | n/a |")
     assert rows[("Unknown-v0", "ppo")].endswith("| n/a | n/a |")
-    assert report.table(groups, "250", 100, 0).splitlines()[2].endswith("| 1,500 |")  # a number applies to every task
+    assert by_task(report.table(groups, "250", 100, 0))[("CartPole-v1", "ppo")]["first step at mean ≥ 250"] == "1,500"
     result = report_cli(capsys, [".", "--out", "x", "--threshold", "high"])
     assert result.returncode == 1 and result.stderr.strip() == "error: --threshold takes a number or `solved`, not 'high'"
 
@@ -151,17 +158,19 @@ def test_peaks_and_published_figures_on_known_numbers():
         ("dm_control_cartpole-swingup-v0", "ppo_continuous_action"): {2: fake(rise_fall, 0.464)},
         ("Pendulum-v1", "x"): {1: fake(rise_fall, np.nan)},
     }
-    rows = report.peaks_table(groups).splitlines()
+    text = report.peaks_table(groups)
+    peaks = by_task(text)
     # the last 100: 300 and 500 in turn, standard deviation 100, standard error 10: the peak is 40 of them above the end
-    assert rows[2] == "| Pendulum-v1 | x | 1 | 400.00 | 800.00 | 200,000 | 0.500 | 40.0 | yes | n/a |"
-    assert (
-        rows[3]
-        == "| dm_control_cartpole-swingup-v0 | ppo_continuous_action | 2 | 400.00 | 800.00 | 200,000 | 0.500 | 40.0 | yes | 0.464 |"
-    )
-    assert rows[-2:] == ["- ppo_continuous_action: 1 of 1 runs", "- x: 1 of 1 runs"]
-    lines = report.table(groups, None, 100, 0, published=True).splitlines()
-    assert lines[0].endswith("| CleanRL, 1M steps, 3 seeds: mean ± std | CleanRL, 8M steps, 10 seeds: mean ± std |")
-    assert lines[2].endswith("| n/a | n/a |") and lines[3].endswith("| 640.86 ± 11.44 | 590.21 ± 16.72 |")
+    expected = {"end (last 100)": "400.00", "peak (100 in a row)": "800.00", "peak's step": "200,000", "end / peak": "0.500"}
+    expected.update({"drop in standard errors": "40.0", "fell": "yes"})
+    for task, kl in ((("Pendulum-v1", "x"), "n/a"), (("dm_control_cartpole-swingup-v0", "ppo_continuous_action"), "0.464")):
+        assert peaks[task] | expected | {"largest update KL": kl} == peaks[task]
+    assert text.splitlines()[-2:] == ["- ppo_continuous_action: 1 of 1 runs", "- x: 1 of 1 runs"]
+    published = by_task(report.table(groups, None, 100, 0, published=True))
+    cleanrl = ["CleanRL, 1M steps, 3 seeds: mean ± std", "CleanRL, 8M steps, 10 seeds: mean ± std"]
+    assert [published[("Pendulum-v1", "x")][column] for column in cleanrl] == ["n/a", "n/a"]
+    swingup = published[("dm_control_cartpole-swingup-v0", "ppo_continuous_action")]
+    assert [swingup[column] for column in cleanrl] == ["640.86 ± 11.44", "590.21 ± 16.72"]
     for column in report.PUBLISHED:  # the id as the scripts take it, and as its run directories name it
         assert report.published_figure("dm_control/walker-walk-v0", column) == report.published_figure(
             "dm_control_walker-walk-v0", column

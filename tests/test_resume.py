@@ -119,7 +119,7 @@ def test_computed_fields_are_not_flags(flag, tmp_path, capsys):
         tyro.cli(load("ppo.py").Args, args=["--help"])
     assert flag not in capsys.readouterr().out
     result = cli("ppo.py", flag, "1024", cwd=tmp_path)
-    assert result.returncode == 2 and f"Unrecognized options: {flag}" in result.stderr and not (tmp_path / "runs").exists()
+    assert result.returncode == 2 and flag in result.stderr and not (tmp_path / "runs").exists()  # tyro's words, not ours
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
@@ -145,9 +145,10 @@ def test_messages_name_the_run_dir_and_the_return_window_and_mention_no_checkpoi
         run("ppo.py", *TINY, "--total-timesteps", "64", cwd=tmp_path)
     lines = capsys.readouterr().out.splitlines()
     (run_dir,) = (tmp_path / "runs").iterdir()
-    assert lines[0] == f"run dir runs/{run_dir.name}"
-    assert re.match(r"iter 1/2 step 32 SPS \d+ return (n/a|[\d.]+ \(\d+ episodes?\)) ETA \d+ s$", lines[2]), lines
-    assert lines[-1] == "stopped by SIGINT after iteration 1"  # no checkpoint: none mentioned
+    assert f"run dir runs/{run_dir.name}" in lines
+    (progress,) = [line for line in lines if line.startswith("iter ")]
+    assert re.match(r"iter 1/2 step 32 SPS \d+ return (n/a|[\d.]+ \(\d+ episodes?\)) ETA \d+ s$", progress), lines
+    assert "stopped by SIGINT after iteration 1" in lines  # no checkpoint: none mentioned
     assert not any("checkpoint" in line for line in lines)
 
 

@@ -32,7 +32,9 @@ def test_microbench_times_each_piece_and_finds_foreach_adam_bit_exact():
     result = subprocess.run([sys.executable, str(tool), *args], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     rows = dict(re.findall(r"^\| (.+) \| ([\d,.]+) \|$", result.stdout, re.MULTILINE))
-    assert len(rows) == 11 and all(float(us.replace(",", "")) > 0 for us in rows.values())
+    pieces = ["rollout policy step", "SyncVectorEnv step", "clip_grad_norm_", "update_minibatch", "Adam step", "Nature CNN"]
+    assert all(any(name.startswith(piece) for name in rows) for piece in pieces), list(rows)  # each piece, by its name
+    assert all(float(us.replace(",", "")) > 0 for us in rows.values())
     gaps = {
         re.search(r"Adam step, ([a-z ]+) \(", name)[1]: float(name.split(": ")[1].rstrip(")"))
         for name in rows

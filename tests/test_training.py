@@ -130,7 +130,8 @@ def test_nan_stops_and_keeps_last_good_checkpoint(script, tmp_path):
     assert "Traceback" not in result.stderr
     (line,) = result.stderr.strip().splitlines()
     path = checkpoint_path(tmp_path).relative_to(tmp_path)
-    assert line == f"error: the loss became nan (gradient norm nan) at iteration 19; {path} keeps iteration 18"  # step 301
+    assert line.startswith("error: ") and "nan" in line and "at iteration 19" in line  # step 301
+    assert line.endswith(f"{path} keeps iteration 18")
     ckpt = torch.load(checkpoint_path(tmp_path), weights_only=False)
     assert ckpt["iteration"] == 18
     assert all(torch.isfinite(p).all() for p in ckpt["agent"].values())
