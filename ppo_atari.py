@@ -614,7 +614,7 @@ def check_args(args: Args):
     if args.eval_checkpoint is None and args.total_timesteps < batch_size:
         fail(f"--total-timesteps {args.total_timesteps} is less than one batch ({batch})")
     whole = args.total_timesteps // batch_size * batch_size
-    if args.eval_checkpoint is None and whole != args.total_timesteps and rank == 0:
+    if not (args.eval_checkpoint or args.resume) and whole != args.total_timesteps and rank == 0:
         rounded = f"not a multiple of the batch ({batch}): {whole} steps are trained"
         print(f"notice: --total-timesteps {args.total_timesteps} is {rounded}")
     if args.num_envs % processes or batch_size // processes % minibatches:
@@ -645,8 +645,9 @@ def start_up(args: Args) -> tuple:
     rank = int(os.environ.get("RANK", 0))
     world_size = int(os.environ.get("WORLD_SIZE", 1))
     if error is None and args.resume:  # a finished run: nothing to do, nothing written
-        last = args.total_timesteps // (args.num_envs * args.num_steps)
-        further = f"--total-timesteps above {args.total_timesteps} trains it further"
+        batch_size = args.num_envs * args.num_steps
+        last = args.total_timesteps // batch_size
+        further = f"--total-timesteps {(last + 1) * batch_size} or more trains it further"
         if ckpt["iteration"] >= last and rank == 0:
             print(f"{args.resume} is finished (iteration {ckpt['iteration']} of {last}); {further}")
         if ckpt["iteration"] >= last:
@@ -788,8 +789,9 @@ def load_agent(agent: nn.Module, envs, ckpt: dict, path: str, rank: int = 0):
     except RuntimeError as e:  # missing, unexpected or reshaped: torch's 2nd line names the first
         first = str(e).splitlines()[1].strip()
         fail(f"{path!r} does not fit this Agent ({first}); an edited Agent, or another version's")
-    for name, value in ckpt["ranks"][rank]["wrapper"].items():
-        setattr(envs, name, unplain(value, getattr(envs, name)))
+    saved = ckpt["ranks"][rank]["wrapper"]
+    for name in set(saved) & set(getattr(envs, "checkpointed", ())):  # nothing else a file may set
+        setattr(envs, name, unplain(saved[name], getattr(envs, name)))
 
 
 def plain(value):
@@ -856,7 +858,8 @@ def save_checkpoint(
     run.saved = iteration
     # the model to share: loads with torch.load(weights_only=True), runs no code
     model = dict(format=CHECKPOINT_FORMAT, script=checkpoint["script"], args=checkpoint["args"])
-    model.update(agent=checkpoint["agent"], global_step=global_step)
+    model["agent"] = {name: tensor.cpu() for name, tensor in checkpoint["agent"].items()}
+    model["global_step"] = global_step
     wrapper = {name: plain(value) for name, value in ranks[0]["wrapper"].items()}
     model["ranks"] = [dict(wrapper=wrapper)]
     write_file(f"{args.run_dir}/{args.exp_name}.cleanrl_model", model, iteration)
@@ -1091,8 +1094,6 @@ def close_run(args: Args, run, writer, envs, finished: list, error: Optional[str
     threading.excepthook = run.excepthook
     if writer is not None and args.track:
         importlib.import_module("wandb").finish()
-    if writer is not None and args.upload_model and error is None and not run.signals:
-        error = upload(args)
     if run.lock is not None:
         run.lock.close()
     if dist.is_initialized():
@@ -1103,23 +1104,30 @@ def close_run(args: Args, run, writer, envs, finished: list, error: Optional[str
         dist.destroy_process_group()
     if run.signals:
         raise SystemExit(128 + run.signals[0])
+    if writer is not None and args.upload_model:  # rank 0, the group gone: none waits on it
+        error = upload(args)
+    if error is not None:
+        fail(error)
 
 
 def upload(args: Args) -> Optional[str]:
     """--upload-model: the model file, its evaluation (a fresh process), the TensorBoard log and a
     model card, in {run_dir}/hub, pushed to the Hugging Face Hub. Returns an error, if any."""
     name = f"{args.env_id.replace('/', '-')}-{args.exp_name}-seed{args.seed}"
-    repo_id = f"{args.hf_entity}/{name}" if args.hf_entity else name
+    repo_id = f"{args.hf_entity}/{name}" if args.hf_entity else name  # else the login's namespace
     model = f"{args.run_dir}/{args.exp_name}.cleanrl_model"
     command = [sys.executable, __file__, "--eval-checkpoint", model, "--seed", str(args.seed)]
     command += ["--eval-episodes", str(args.eval_episodes)]
     command += ["--capture-video"] if args.capture_video else []
-    alone = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    command += [] if args.cuda else ["--no-cuda"]
+    torchrun = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+    alone = {k: v for k, v in os.environ.items() if k not in torchrun}
     print(f"evaluating {model} for the Hub: {' '.join(command[1:])}")
     played = subprocess.run(command, capture_output=True, text=True, env=alone)
     summary = [line for line in played.stdout.splitlines() if line.startswith("eval: ")]
     if played.returncode or not summary:
-        return f"the evaluation for --upload-model failed: {played.stderr.strip()[-300:]}"
+        last_line = (played.stderr.strip().splitlines() or ["no output"])[-1]
+        return f"the evaluation for --upload-model failed: {last_line}"
     folder = f"{args.run_dir}/hub"
     os.makedirs(folder, exist_ok=True)
     shutil.copy(model, folder)
@@ -1139,7 +1147,7 @@ def upload(args: Args) -> Optional[str]:
         print("\n".join(card), file=f)
     hub = importlib.import_module("huggingface_hub")
     try:
-        hub.HfApi().create_repo(repo_id, exist_ok=True)
+        repo_id = hub.HfApi().create_repo(repo_id, exist_ok=True).repo_id  # with its namespace
         hub.HfApi().upload_folder(repo_id=repo_id, folder_path=folder)
     except Exception as e:  # no network, no login, no permission
         why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"

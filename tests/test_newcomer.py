@@ -33,7 +33,7 @@ def test_a_finished_checkpoint_resumes_to_one_line_and_writes_nothing(tmp_path):
     again = cli("ppo.py", "--resume", str(path), "--no-cuda", cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     (line,) = again.stdout.splitlines()
-    assert "is finished (iteration 2 of 2)" in line and "--total-timesteps above 64" in line
+    assert "is finished (iteration 2 of 2)" in line and "--total-timesteps 96 or more" in line
     assert {p.name: p.stat().st_mtime_ns for p in path.parent.iterdir()} == before
 
 
@@ -160,9 +160,10 @@ def fake_hub(folder, fail_with=None):
         "    calls.append([name, list(args), kwargs])\n"
         "    json.dump(calls, open(LOG, 'w'))\n"
         "class HfApi:\n"
-        "    def create_repo(self, *args, **kwargs):\n"
+        "    def create_repo(self, repo_id, **kwargs):\n"
         f"        {raising}\n"
-        "        record('create_repo', *args, **kwargs)\n"
+        "        record('create_repo', repo_id, **kwargs)\n"
+        "        return type('RepoUrl', (), {'repo_id': repo_id if '/' in repo_id else 'login/' + repo_id})\n"
         "    def upload_folder(self, **kwargs):\n"
         "        record('upload_folder', **kwargs)\n"
     )
