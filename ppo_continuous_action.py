@@ -832,8 +832,9 @@ def start_run(args: Args, rank: int, device: torch.device, ckpt: Optional[dict])
     # TensorBoard's thread dies on a full disk, silently here: the next write says it in one line
     threading.excepthook = functools.partial(quiet_writer_thread, run.excepthook)
     # a resumed run logs on in its directory: TensorBoard hides what came after the checkpoint
-    # (a restart by --resume auto before the first checkpoint: all that its dead run logged)
-    purge_step = 0 if ckpt is None else ckpt["global_step"] + 1
+    purge_step = ckpt["global_step"] + 1 if ckpt else None
+    if ckpt is None and glob.glob(f"{glob.escape(args.run_dir)}/events.out.tfevents.*"):
+        purge_step = 0  # --resume auto restarting before a checkpoint: all its dead run logged
     writer = SummaryWriter(args.run_dir, purge_step=purge_step)
     table = "\n".join(f"|{key}|{value}|" for key, value in vars(args).items())
     writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + table)

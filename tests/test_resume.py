@@ -68,10 +68,9 @@ def test_every_conflicting_setting_is_named_in_one_error(script, tmp_path):
     path = str(checkpoint_path(tmp_path))
     message = error_of(script, "--resume", path, "--num-envs", "4", "--learning-rate", "0.5", "--gamma", "0.9", cwd=tmp_path)
     default_lr = load(script).Args().learning_rate
-    assert message == (
-        f"error: {path!r} keeps the settings it was trained with: learning_rate={default_lr!r} (not 0.5), num_envs=2 (not 4), "
-        "gamma=0.99 (not 0.9); drop those flags"
-    )
+    assert message.startswith(f"error: {path!r} keeps the settings it was trained with") and "drop those flags" in message
+    for setting in (f"learning_rate={default_lr!r} (not 0.5)", "num_envs=2 (not 4)", "gamma=0.99 (not 0.9)"):
+        assert setting in message  # every conflicting flag named, in one error
     assert "total_timesteps=64 (not 32)" in error_of(script, "--resume", path, "--total-timesteps", "32", cwd=tmp_path)
     # how it runs and is recorded may change: a new seed, the CPU, another run directory
     elsewhere = ["--seed", "3", "--save-every", "5", "--run-dir", str(tmp_path / "elsewhere")]
@@ -103,9 +102,8 @@ def test_a_fresh_run_whose_run_dir_holds_a_checkpoint_is_refused(tmp_path):
     run_dir = tmp_path / "run"
     run("ppo.py", *TINY, "--total-timesteps", "64", "--save-model", "--run-dir", str(run_dir), cwd=tmp_path)
     before = (run_dir / "ppo.pt").read_bytes()
-    assert error_of("ppo.py", *TINY, "--total-timesteps", "64", "--run-dir", str(run_dir), cwd=tmp_path) == (
-        f"error: --run-dir {str(run_dir)!r} holds ppo.pt: continue it with --resume auto, or pass another --run-dir"
-    )
+    message = error_of("ppo.py", *TINY, "--total-timesteps", "64", "--run-dir", str(run_dir), cwd=tmp_path)
+    assert f"--run-dir {str(run_dir)!r} holds ppo.pt" in message and "--resume auto" in message
     assert (run_dir / "ppo.pt").read_bytes() == before
     further = ["--total-timesteps", "96", "--resume", "auto"]
     assert run("ppo.py", *TINY, "--run-dir", str(run_dir), "--save-model", *further, cwd=tmp_path)["start_iteration"] == 3
