@@ -388,8 +388,9 @@ class Agent(nn.Module):
             layer_init(nn.Linear(64 * 7 * 7, 512)),
             nn.ReLU(),
         )
-        self.critic = layer_init(nn.Linear(512, 1), std=1.0)
+        # the actor made before the critic, as in CleanRL's: the same initial parameters
         self.actor = layer_init(nn.Linear(512, envs.single_action_space.n), std=0.01)
+        self.critic = layer_init(nn.Linear(512, 1), std=1.0)
         self.to(memory_format=torch.channels_last)  # faster convolutions on CPU, kept by .to()
 
     def get_value(self, x: torch.Tensor) -> torch.Tensor:

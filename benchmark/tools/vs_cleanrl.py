@@ -1,19 +1,25 @@
 """Is it CleanRL's PPO? Runs CleanRL's script from your own checkout of CleanRL and this project's counterpart on the same
-seed, env and thread count, in this venv, and compares every parameter of the two agents after every iteration. Prints
-the first iteration where they differ, by how much and in which tensors, or that they are identical throughout.
+seed, env and thread count, in this venv, and compares every parameter of the two agents, first as initialized and then
+after every iteration. Prints the first iteration where they differ (0: initially), by how much and in which tensors, or
+that they are identical throughout.
 
     git clone https://github.com/vwxyzjn/cleanrl ~/cleanrl       # CleanRL itself: nothing of it is in this repository
     python benchmark/tools/vs_cleanrl.py ~/cleanrl ppo.py                                   # CartPole-v1, 500k steps
     python benchmark/tools/vs_cleanrl.py ~/cleanrl ppo_continuous_action.py --env-id HalfCheetah-v4 --total-timesteps 8192
     python benchmark/tools/vs_cleanrl.py ~/cleanrl ppo_atari.py --total-timesteps 4096 --no-native-envs
 
-CleanRL's file runs unmodified on disk. Two things are changed at run time, so that it runs on this venv's gymnasium
-1.x: its SyncVectorEnv autoresets in the same step (as gymnasium 0.29, which CleanRL pins, did), and its episode
-logging is off (it reads gymnasium 0.29's infos); gymnasium 1.x's TransformObservation takes no observation space of
-its own, as 0.29's did; 1.x's renamed Atari wrappers and ids are found; and its NormalizeObservation keeps its statistics in float64, as 0.29's did (1.x: in the
-observation space's float32; --float32-statistics keeps that). This project's script runs with --no-bootstrap-truncation (CleanRL treats a time limit as a
-termination) unless --bootstrap-truncation is among the extra flags, which are passed to it alone; --shared "FLAGS" go to
-both. Both run on the CPU.
+CleanRL's file runs unmodified on disk. At run time, so that it runs on this venv's gymnasium 1.x: its SyncVectorEnv
+autoresets in the same step (as gymnasium 0.29, which CleanRL pins, did); its episode logging is off (it reads 0.29's
+infos); 1.x's TransformObservation takes no observation space of its own, as 0.29's did; 1.x's renamed Atari wrappers
+and ids are found; its NormalizeObservation keeps float64 statistics, as 0.29's did (--float32-statistics keeps 1.x's
+float32). This project's script runs with --no-bootstrap-truncation (CleanRL treats a time limit as a termination)
+unless --bootstrap-truncation is among the extra flags, which are passed to it alone; --shared "FLAGS" go to both. Both
+run on the CPU.
+
+Each remaining difference can be taken away one at a time, to attribute it: --as-baselines-vecnormalize (CleanRL's
+reward and observation normalization at an episode's end as this project's and baselines' VecNormalize),
+--gymnasium-screen (CleanRL's Atari screen made as gymnasium's AtariPreprocessing makes ours),
+--default-memory-format (this project's Atari network out of channels-last).
 Exit status 1 where the parameters differ. Results of runs: benchmark/results/vs_cleanrl/; differences: docs/cleanrl.md.
 """
 
@@ -38,8 +44,9 @@ import gymnasium as gym
 import torch
 from torch.utils.tensorboard import SummaryWriter
 
-side, out, threads, float64_statistics, as_baselines, script, *argv = sys.argv[1:]
-float64_statistics, as_baselines = float64_statistics == "1", as_baselines == "1"
+side, out, threads, float64_statistics, as_baselines, gymnasium_screen, default_format, script, *argv = sys.argv[1:]
+flags = (float64_statistics, as_baselines, gymnasium_screen, default_format)
+float64_statistics, as_baselines, gymnasium_screen, default_format = (flag == "1" for flag in flags)
 torch.set_num_threads(int(threads))
 if side == "cleanrl":
     make_sync = gym.vector.SyncVectorEnv.__init__
@@ -78,11 +85,17 @@ if side == "cleanrl" and as_baselines:  # gymnasium's per-env normalization as b
     import gymnasium.wrappers.stateful_observation as stateful_observation
     import gymnasium.wrappers.stateful_reward as stateful_reward
 
-    reward_step, observation_step = stateful_reward.NormalizeReward.step, stateful_observation.NormalizeObservation.step
+    import numpy as np
+
+    observation_step = stateful_observation.NormalizeObservation.step
 
     def reward_then_reset(self, action):  # the discounted return reset after an episode's last step, any
-        obs, reward, terminated, truncated, info = reward_step(self, action)
-        if truncated:  # (at a termination 1.x already dropped it, one step early: not matched here)
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.discounted_reward = self.discounted_reward * self.gamma + float(reward)  # 1.x: * (1 - terminated)
+        if self._update_running_mean:
+            self.return_rms.update(self.discounted_reward)
+        reward = reward / np.sqrt(self.return_rms.var + self.epsilon)
+        if terminated or truncated:  # after the update, as VecNormalize's ret[done] = 0
             self.discounted_reward = self.discounted_reward * 0
         return obs, reward, terminated, truncated, info
 
@@ -96,11 +109,43 @@ if side == "cleanrl" and as_baselines:  # gymnasium's per-env normalization as b
     stateful_reward.NormalizeReward.step = reward_then_reset
     stateful_observation.NormalizeObservation.step = without_the_final_observation
 
-iterations, names = [], []
+if side == "cleanrl" and gymnasium_screen:  # the screen as gymnasium's AtariPreprocessing (ours) makes it
+    import cleanrl_utils.atari_wrappers as atari_wrappers
+
+    def grayscale_max_then_resize(env, skip=4):  # in MaxAndSkipEnv's place: the emulator's grayscale, max, resize
+        return gym.wrappers.AtariPreprocessing(env, noop_max=0, frame_skip=skip)  # no-ops: NoopResetEnv's, below it
+
+    def already_done(env, *args, **kwargs):  # ResizeObservation and GrayScaleObservation: done above
+        return env
+
+    atari_wrappers.MaxAndSkipEnv = grayscale_max_then_resize
+    gym.wrappers.ResizeObservation = gym.wrappers.GrayScaleObservation = already_done
+
+if side == "ours" and default_format:  # ppo_atari.py's Agent in torch's default memory format, not channels-last
+    module_to = torch.nn.Module.to
+
+    def to_in_the_default_format(self, *args, memory_format=None, **kwargs):
+        return module_to(self, *args, **kwargs) if args or kwargs else self
+
+    torch.nn.Module.to = to_in_the_default_format
+
+iterations, names, initial, episodes = [], [], [], [0]
 add_scalar = SummaryWriter.add_scalar
+make_adam = torch.optim.Adam.__init__
+
+
+def record_initial(self, params, *args, **kwargs):  # the agent's parameters before any update
+    params = list(params)
+    if not initial:
+        initial.extend(p.detach().cpu().clone() for p in params)
+    make_adam(self, params, *args, **kwargs)
+
+
+torch.optim.Adam.__init__ = record_initial
 
 
 def record(self, tag, value, *args, **kwargs):
+    episodes[0] += tag == "charts/episodic_return"  # this project's side logs them
     if tag == "charts/learning_rate":
         frame = sys._getframe(1)
         while "agent" not in frame.f_globals:
@@ -118,11 +163,21 @@ try:
 except SystemExit as stop:
     if stop.code not in (0, None):
         raise
-torch.save({"names": names, "iterations": iterations}, out)
+torch.save({"names": names, "initial": initial, "iterations": iterations, "episodes": episodes[0]}, out)
 """
 
 
-def run(side: str, script: Path, argv: list, threads: int, workdir: Path, float64=True, as_baselines=False) -> dict:
+def run(
+    side: str,
+    script: Path,
+    argv: list,
+    threads: int,
+    workdir: Path,
+    float64=True,
+    as_baselines=False,
+    screen=False,
+    default_format=False,
+) -> dict:
     import torch
 
     workdir.mkdir(parents=True)
@@ -136,6 +191,8 @@ def run(side: str, script: Path, argv: list, threads: int, workdir: Path, float6
         str(threads),
         str(int(float64)),
         str(int(as_baselines)),
+        str(int(screen)),
+        str(int(default_format)),
         str(script),
         *argv,
         "--no-cuda",
@@ -161,13 +218,17 @@ def compare(ours: dict, theirs: dict) -> dict:
         raise SystemExit(f"error: the agents have different parameters: {sorted(renamed)} against {sorted(names)}")
     order = [renamed.index(name) for name in names]
     count = min(len(ours["iterations"]), len(theirs["iterations"]))
-    for i in range(count):
-        mine, other = ours["iterations"][i], [theirs["iterations"][i][j] for j in order]
+    # iteration 0: the initial parameters, where both runs recorded them
+    first = 0 if ours.get("initial") and theirs.get("initial") else 1
+    mine_all = ([ours["initial"]] if first == 0 else []) + ours["iterations"][:count]
+    theirs_all = ([theirs["initial"]] if first == 0 else []) + theirs["iterations"][:count]
+    for i, (mine, other) in enumerate(zip(mine_all, theirs_all, strict=True), start=first):
+        other = [other[j] for j in order]
         differ = {n: (a - b).abs().max().item() for n, a, b in zip(names, mine, other, strict=True) if not torch.equal(a, b)}
         if differ:
-            return {"iterations": count, "first_difference": i + 1, "tensors": differ}
+            return {"iterations": count, "first_difference": i, "tensors": differ}
     lengths = (len(ours["iterations"]), len(theirs["iterations"]))
-    return {"iterations": count, "first_difference": None, "tensors": {}, "lengths": lengths}
+    return {"iterations": count, "first_difference": None, "tensors": {}, "lengths": lengths, "initial": first == 0}
 
 
 def main():
@@ -187,6 +248,18 @@ def main():
         action="store_true",
         help="CleanRL's normalization at an episode's end as baselines' VecNormalize and this project's: the return "
         "reset after a time limit too, the final observation out of the statistics",
+    )
+    parser.add_argument(
+        "--gymnasium-screen",
+        action="store_true",
+        help="ppo_atari.py: CleanRL's screen made as gymnasium's AtariPreprocessing (ours) makes it: the emulator's "
+        "grayscale screen, the max of the last two, resized (CleanRL's: the max of the RGB frames, resized, then grayscale)",
+    )
+    parser.add_argument(
+        "--default-memory-format",
+        action="store_true",
+        help="ppo_atari.py: this project's Agent in torch's default memory format, as CleanRL's (ours: channels-last, "
+        "faster convolutions on the CPU, which round differently)",
     )
     parser.add_argument("--json", type=Path, help="also write the result here")
     opts, ours_extra = parser.parse_known_args()
@@ -211,26 +284,41 @@ def main():
         ours_extra = [*ours_extra, "--no-bootstrap-truncation"]
     with tempfile.TemporaryDirectory() as tmp:
         theirs_dir, float64 = Path(tmp) / "cleanrl", not opts.float32_statistics
-        theirs = run("cleanrl", theirs_path, common, opts.threads, theirs_dir, float64, opts.as_baselines_vecnormalize)
-        ours = run("ours", ROOT / opts.script, [*common, *ours_extra], opts.threads, Path(tmp) / "ours")
+        theirs = run(
+            "cleanrl",
+            theirs_path,
+            common,
+            opts.threads,
+            theirs_dir,
+            float64,
+            opts.as_baselines_vecnormalize,
+            opts.gymnasium_screen,
+        )
+        ours_dir, default_format = Path(tmp) / "ours", opts.default_memory_format
+        ours = run("ours", ROOT / opts.script, [*common, *ours_extra], opts.threads, ours_dir, default_format=default_format)
     result = compare(ours, theirs)
+    result["episodes_ended"] = ours["episodes"]  # games ended in our run (logged ones; CleanRL's logging is off)
     commit = subprocess.run(
         ["git", "-C", str(opts.cleanrl_dir), "rev-parse", "HEAD"], capture_output=True, text=True
     ).stdout.strip()
     result.update(float64_statistics=not opts.float32_statistics, as_baselines_vecnormalize=opts.as_baselines_vecnormalize)
+    result.update(gymnasium_screen=opts.gymnasium_screen, default_memory_format=opts.default_memory_format)
     result.update(
         script=opts.script, cleanrl_commit=commit or "unknown", ours=[opts.script, *common, *ours_extra], theirs=common
     )
     if result["first_difference"] is None:
-        print(f"{opts.script}: identical to CleanRL's after each of {result['iterations']} iterations (CleanRL {commit[:7]})")
+        initially = "initially and " if result["initial"] else ""
+        print(
+            f"{opts.script}: identical to CleanRL's {initially}after each of {result['iterations']} iterations (CleanRL {commit[:7]})"
+        )
         if len(set(result["lengths"])) > 1:
             print(f"    (iterations run: ours {result['lengths'][0]}, CleanRL's {result['lengths'][1]})")
     else:
-        print(
-            f"{opts.script}: parameters differ from CleanRL's after iteration {result['first_difference']} of {result['iterations']}"
-        )
+        when = f"after iteration {result['first_difference']}" if result["first_difference"] else "initially"
+        print(f"{opts.script}: parameters differ from CleanRL's {when} (of {result['iterations']} iterations)")
         for name, diff in sorted(result["tensors"].items(), key=lambda item: -item[1]):
             print(f"    {name}: largest difference {diff:.3g}")
+    print(f"    ({result['episodes_ended']} episodes ended in this project's run)")
     if opts.json:
         opts.json.write_text(json.dumps(result, indent=1) + "\n")
     raise SystemExit(0 if result["first_difference"] is None else 1)
