@@ -142,13 +142,12 @@ def make_env(env_id: str, idx: int, capture_video: bool, run_name: str):
             env = gym.wrappers.RecordVideo(env, f"videos/{run_name}")
         else:
             env = gym.make(env_id, obs_type="grayscale")
-        # 1-30 no-ops at reset; 84x84; NoFrameskip ids: frames skipped 4 at a time, the max of the
-        # last two kept (other ids skip in the emulator)
+        # 1-30 no-ops, 84x84; NoFrameskip ids skip 4 frames here (max of the last 2), others in ALE
         frame_skip = 4 if env.spec.kwargs.get("frameskip") == 1 else 1
         env = gym.wrappers.AtariPreprocessing(LastScreens(env), frame_skip=frame_skip)
         env.env.buffer = env.obs_buffer  # where LastScreens puts the last two screens
-        env = EpisodicLife(env)  # lost lives end episodes; whole games logged, unclipped
-        env = gym.wrappers.TransformReward(env, np.sign)  # learning sees rewards' signs only
+        env = EpisodicLife(env)
+        env = gym.wrappers.TransformReward(env, np.sign)
         env = gym.wrappers.FrameStackObservation(env, 4)
         return env
 
@@ -156,8 +155,8 @@ def make_env(env_id: str, idx: int, capture_video: bool, run_name: str):
 
 
 class LastScreens(gym.Wrapper):
-    """At a time limit, the last two screens into AtariPreprocessing's buffer, which its frame skip
-    stops before filling: the final observation, which the truncation bootstrap values, is true."""
+    """At a time limit, the last two screens into AtariPreprocessing's buffer (its frame skip stops
+    before filling it): a true final observation for the truncation bootstrap."""
 
     def step(self, action):
         before = self.unwrapped.ale.getScreenGrayscale()
@@ -169,14 +168,14 @@ class LastScreens(gym.Wrapper):
 
 
 class EpisodicLife(gym.Wrapper):
-    """A lost life ends the episode; the game goes on. The steps of a new life the agent never sees
-    (a no-op, then the serve: FIRE and action 2) are played as the life is lost, as in ale-py's
-    vector env. Each game is logged once: "r" its raw score, "l" its steps."""
+    """A lost life ends the episode, not the game: the new life's first steps (a no-op, then the
+    serve: FIRE and 2) are played unseen, as in ale-py's vector env. Each game is logged once, "r"
+    its raw score and "l" its steps; learning sees the rewards' signs."""
 
     def __init__(self, env: gym.Env):
         super().__init__(env)
         self.serve_actions = (1, 2) if env.unwrapped.get_action_meanings()[1] == "FIRE" else ()
-        self.next_life = None  # (obs, info) after the next life's unseen steps: reset() returns it
+        self.next_life = None  # (obs, info) for reset() to return after a lost life
 
     def play_unseen(self, actions: tuple, obs, info) -> tuple:
         """Steps the agent does not see: (the last obs, its info, whether the game ended)."""
@@ -195,7 +194,7 @@ class EpisodicLife(gym.Wrapper):
         lost_life = self.unwrapped.ale.lives() < self.lives and not terminated
         self.lives = self.unwrapped.ale.lives()
         game_over = terminated or truncated
-        if lost_life and not game_over:  # the next life starts now
+        if lost_life and not game_over:
             next_obs, next_info, game_over = self.play_unseen((0, *self.serve_actions), obs, info)
             self.next_life = None if game_over else (next_obs, next_info)
         if game_over:
@@ -229,23 +228,27 @@ class EpisodicLife(gym.Wrapper):
 
 
 class NativeAtari(gym.vector.VectorEnv):
-    """ale-py's AtariVectorEnv (C++ threads) as make_env plays, but for the serve: the agent sees a
-    new life's first step, played as FIRE (`serves`). Envs step in groups: send(actions, g) starts
-    envs[parts[g]], recv(g) waits for them."""
+    """ale-py's AtariVectorEnv (C++ threads), as make_env plays but for the serve, which the agent
+    sees and which plays FIRE (`serves`). send(actions, g) starts group g, recv(g) waits for it."""
 
     def __init__(self, env_id: str, num_envs: int, groups: int, video: Optional[str]):
-        kwargs = gym.spec(env_id.split(":")[-1]).kwargs  # "module:Game-v4": the module is imported
+        kwargs = gym.spec(env_id.split(":")[-1]).kwargs  # "module:Game-v4": check_env imported it
         skip = kwargs.get("frameskip", 4)  # NoFrameskip: 1; skip 4 here, max of the last two
-        settings = {"frameskip": 4 if skip == 1 else skip, "maxpool": skip == 1, "noop_max": 30}
-        settings.update(use_fire_reset=True, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
-        # a lost life terminates (the game goes on); the rewards stay raw, for the game's score
-        settings.update(life_loss_info=True, reward_clipping=False)
-        settings["repeat_action_probability"] = kwargs.get("repeat_action_probability", 0.25)
-        settings["full_action_space"] = kwargs.get("full_action_space", False)
-        settings["max_num_frames_per_episode"] = kwargs.get("max_num_frames_per_episode", 108000)
-        cores = len(os.sched_getaffinity(0)) // int(os.environ.get("LOCAL_WORLD_SIZE", 1))
-        settings["num_threads"] = min(num_envs // groups, max(1, cores))
         size = num_envs // groups
+        cores = len(os.sched_getaffinity(0)) // int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+        settings = dict(
+            frameskip=4 if skip == 1 else skip,
+            maxpool=skip == 1,
+            noop_max=30,
+            use_fire_reset=True,
+            autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+            life_loss_info=True,  # a lost life terminates (the game goes on)
+            reward_clipping=False,  # raw rewards: the game's score
+            repeat_action_probability=kwargs.get("repeat_action_probability", 0.25),
+            full_action_space=kwargs.get("full_action_space", False),
+            max_num_frames_per_episode=kwargs.get("max_num_frames_per_episode", 108000),
+            num_threads=min(size, max(1, cores)),
+        )
         game = kwargs["game"]
         self.vector_envs = [ale_py.AtariVectorEnv(game, size, **settings) for _ in range(groups)]
         self.parts = [slice(g * size, (g + 1) * size) for g in range(groups)]
@@ -253,29 +256,26 @@ class NativeAtari(gym.vector.VectorEnv):
         colour = dict(img_height=210, img_width=160, grayscale=False, stack_num=1, num_threads=1)
         self.twin = ale_py.AtariVectorEnv(game, 1, **{**settings, **colour}) if video else None
         self.video = video
-        self.clip = []  # the twin's frames of env 0's game in progress
-        self.games = 0  # env 0's games so far
+        self.games = 0
         self.num_envs = num_envs
         self.single_observation_space = self.vector_envs[0].single_observation_space
         self.single_action_space = self.vector_envs[0].single_action_space
         self.action_space = gym.vector.utils.batch_space(self.single_action_space, num_envs)
         self.fire = self.vector_envs[0].ale.get_action_set()[1] == ale_py.Action.FIRE
 
-    def reset(self, *, seed=None, options=None):
-        # env i is seeded seed + i, whatever its group
+    def reset(self, *, seed, options=None):
         seeds = seed + np.arange(self.num_envs) if isinstance(seed, int) else seed
         out = []
         for env, part in zip(self.vector_envs, self.parts, strict=True):
-            out.append(env.reset(seed=None if seeds is None else seeds[part]))
+            out.append(env.reset(seed=seeds[part]))
         obs = np.concatenate([obs for obs, _ in out])
         infos = {key: np.concatenate([info[key] for _, info in out]) for key in out[0][1]}
         self.returns = np.zeros(self.num_envs)  # each env's game so far: raw score, steps
         self.lengths = np.zeros(self.num_envs, dtype=np.int64)
         self.frames = infos["episode_frame_number"]
         self.serves = np.zeros(self.num_envs, dtype=bool)  # each env's next step is a serve
-        self.clip = []
-        if self.twin:
-            first_frame, _ = self.twin.reset(seed=None if seeds is None else np.asarray(seeds[:1]))
+        if self.twin:  # the clip: the twin's frames of env 0's game in progress
+            first_frame, _ = self.twin.reset(seed=seeds[:1])
             self.clip = [first_frame[0, 0]]
         return obs, infos
 
@@ -291,8 +291,7 @@ class NativeAtari(gym.vector.VectorEnv):
         part = self.parts[group]
         self.returns[part] += rewards
         self.lengths[part] += 1
-        # a new game started where the emulator's frame count fell; not the lives (bonus lives),
-        # nor the terminations (every lost life terminates)
+        # a game ended where the frame count fell (not the lives: bonus lives; nor terminations)
         game_over = truncations | (infos["episode_frame_number"] < self.frames[part])
         self.frames[part] = infos["episode_frame_number"]
         self.serves[part] = terminations & ~game_over & self.fire
@@ -334,7 +333,7 @@ def make_vector_env(args: Args, num_envs: int, rank: int) -> gym.vector.VectorEn
     last one in infos["final_obs"]), and no step is spent on a reset."""
     video = args.capture_video and rank == 0
     run_name = os.path.basename(args.run_dir)
-    if args.native_envs:  # ale-py's, else make_env's wrappers
+    if args.native_envs:
         # on a GPU, the policy acts for one group while the other steps
         two_groups = args.cuda and torch.cuda.is_available() and num_envs % 2 == 0
         groups = min(args.env_groups or (2 if two_groups else 1), num_envs)
@@ -396,7 +395,7 @@ class Agent(nn.Module):
         return self.critic(self.network(x / 255.0)).squeeze(-1)  # (B,); pixels scaled to [0, 1]
 
     def get_action_and_value(self, x: torch.Tensor, action: Optional[torch.Tensor] = None):
-        x = self.network(x / 255.0)  # (B, 512): the trunk's features, for both heads
+        x = self.network(x / 255.0)  # (B, 512), for both heads
         # Categorical's sample, log_prob and entropy written out: the same numbers, faster
         logits = self.actor(x)  # (B, n_actions)
         log_probs = logits - logits.logsumexp(-1, keepdim=True)
@@ -467,7 +466,6 @@ def value_loss(newvalue, values, returns, clip_coef: Optional[float]) -> torch.T
 
 
 def mean_over(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """The mean of x over the rows where mask = 1."""
     return (x * mask).sum() / mask.sum().clamp(min=1.0)
 
 
@@ -480,8 +478,7 @@ def update_minibatch(args: Args, agent: Agent, optimizer: optim.Optimizer, minib
     assert newlogprob.shape == newvalue.shape == mb_returns.shape  # (minibatch,): no broadcasting
     logratio = newlogprob - mb_logprobs
     ratio = logratio.exp()
-    # a serve played FIRE, not the sampled action: the policy's terms skip those rows (the value
-    # and the advantages' statistics keep them: the state was real)
+    # a serve played FIRE, not the sampled action: the policy's terms skip it, the value's keep it
     kept = 1.0 - mb_serves
 
     with torch.no_grad():
@@ -517,8 +514,8 @@ def update_minibatch(args: Args, agent: Agent, optimizer: optim.Optimizer, minib
 
 
 def receive(args: Args, agent: Agent, envs, group: int, rewards_row, next_obs, next_done) -> dict:
-    """A group's step, received: its rewards (with the truncation bootstrap) into rewards_row, its
-    observations and dones into next_obs and next_done. Returns its infos."""
+    """A group's step into rewards_row (with the truncation bootstrap), next_obs and next_done;
+    returns its infos."""
     part = envs.parts[group]
     obs, reward, terminations, truncations, infos = envs.recv(group)
     reward = bootstrap_truncation(args, agent, reward, terminations, truncations, infos)
@@ -1309,8 +1306,7 @@ if __name__ == "__main__":
                 set_learning_rate(optimizer, frac * args.learning_rate)
 
             # ROLLOUT
-            # the envs step in groups: each step of a group is received just before its next
-            # step is sent, so that it steps while the policy acts for the other groups
+            # a group steps while the policy acts for the others: received just before its next send
             for step in range(0, args.num_steps):
                 global_step += args.num_envs
                 for group, part in enumerate(envs.parts):
@@ -1321,7 +1317,7 @@ if __name__ == "__main__":
                         finished.extend(ended_episodes(infos, global_step - args.num_envs))
                     obs[step, part] = next_obs[part]
                     dones[step, part] = next_done[part]
-                    serves[step, part] = torch.from_numpy(envs.serves[part])  # the env plays FIRE
+                    serves[step, part] = torch.from_numpy(envs.serves[part])
                     with torch.inference_mode():
                         action, logprob, _, value = get_action_and_value(next_obs[part])
                     values[step, part] = value
