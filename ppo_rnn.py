@@ -470,9 +470,8 @@ def evaluate(args: Args, agent: Agent, envs, ckpt: dict, device: torch.device):
 
 
 # ==================================================================================================
-# RUN MANAGEMENT: checks, the checkpoint (save and restore side by side), logging, stop signals,
-# torchrun's averages, the optimizer and CUDA graphs. Identical in all four scripts
-# (tests/test_drift.py pins it), no part of the algorithm: a first reading can skip it.
+# RUN MANAGEMENT: checks, checkpoints, logging, signals, torchrun and CUDA graphs. Identical in all
+# four scripts (tests/test_drift.py pins it), no part of the algorithm: a first reading can skip it.
 # ==================================================================================================
 
 CHECKPOINT_FORMAT = 3  # raised whenever what a checkpoint holds changes
@@ -483,7 +482,7 @@ MAY_CHANGE_ON_RESUME = (
     "eval_greedy env_groups"
 ).split()
 SCRIPT = os.path.basename(__file__)
-# this process's place under torchrun (a plain run: rank 0 of 1)
+# torchrun's (a plain run: rank 0 of 1)
 RANK = int(os.environ.get("RANK", 0))
 WORLD_SIZE = int(os.environ.get("WORLD_SIZE", 1))
 
@@ -729,8 +728,7 @@ def unplain(value, like):
 
 
 def eval_summary(args: Args, envs, returns: list) -> str:
-    """An evaluation's line: its episodes, how they were played, their return and its videos
-    (gymnasium's recorder stopped first: no partial video)."""
+    """An evaluation's line (gymnasium's recorder stopped first: no partial video)."""
     how = "greedy" if args.eval_greedy else "sampled"
     mean, std = np.mean(returns), np.std(returns)
     summary = f"eval: {plural(len(returns), 'episode')} ({how}), return {mean:.2f} ± {std:.2f}"
@@ -791,8 +789,7 @@ def write_file(path: str, obj, iteration: int):
 
 
 def restore(args: Args, ckpt: Optional[dict], rank: int, agent, optimizer, envs, carry: tuple):
-    """(global_step, first iteration, carry) as saved; a new run: (0, 1, carry), rank 0's parameters
-    in every process."""
+    """(global_step, first iteration, carry) as saved, or (0, 1, carry) and rank 0's weights."""
     if ckpt is None:
         if dist.is_initialized():
             for param in agent.parameters():
@@ -818,12 +815,11 @@ def restore(args: Args, ckpt: Optional[dict], rank: int, agent, optimizer, envs,
 
 
 def start_run(args: Args, rank: int, device: torch.device, ckpt: Optional[dict]) -> tuple:
-    """Rank 0 locks --run-dir (one run a directory), opens TensorBoard there and prints the sizes;
-    stop signals are caught. Returns (the writer, None on other ranks; the run)."""
+    """Rank 0 locks --run-dir, opens TensorBoard and prints the sizes; signals are caught."""
     run = types.SimpleNamespace(lock=None, signals=[], saved=None, saved_at=time.time())
     recent = ckpt.get("recent_returns", []) if ckpt else []
     run.recent_returns = deque(recent, maxlen=100)
-    run.first_step = ckpt["global_step"] if ckpt else 0  # for this run's steps per second
+    run.first_step = ckpt["global_step"] if ckpt else 0
     run.start_time = time.time()
     try:
         if rank == 0:
@@ -856,7 +852,7 @@ def start_run(args: Args, rank: int, device: torch.device, ckpt: Optional[dict])
         wandb = importlib.import_module("wandb")
         project, entity = args.wandb_project_name, args.wandb_entity
         wandb.init(project=project, entity=entity, sync_tensorboard=True, config=vars(args))
-    # TensorBoard's thread dies on a full disk, silently here: the next write says it in one line
+    # a full disk kills TensorBoard's thread: quietly here, the next write says it in one line
     threading.excepthook = functools.partial(quiet_writer_thread, run.excepthook)
     # a resumed run logs on in its directory: TensorBoard hides what came after the checkpoint
     purge_step = ckpt["global_step"] + 1 if ckpt else None
@@ -913,7 +909,6 @@ def log_episodes(writer: Optional[SummaryWriter], finished: list) -> list:
 
 
 def means(totals: dict, count: int) -> dict:
-    """{name: total / count}, averaged over torchrun's processes."""
     if count == 0:
         return {}
     values = all_mean(torch.stack(list(totals.values())) / count)
@@ -1017,8 +1012,7 @@ def close_run(args: Args, run, writer, envs, finished: list, error: Optional[str
 
 
 def upload(args: Args):
-    """--upload-model: the model file, its evaluation (a fresh process), the TensorBoard log and a
-    model card, in {run_dir}/hub, pushed to the Hugging Face Hub."""
+    """--upload-model: {run_dir}/hub (model file, evaluation, log, card) pushed to the Hub."""
     name = f"{args.env_id.replace('/', '-')}-{args.exp_name}-seed{args.seed}"
     repo_id = f"{args.hf_entity}/{name}" if args.hf_entity else name  # else the login's namespace
     model = f"{args.run_dir}/{args.exp_name}.cleanrl_model"
@@ -1061,7 +1055,6 @@ def upload(args: Args):
 
 
 def all_mean(x: torch.Tensor) -> torch.Tensor:
-    """The mean of x over torchrun's processes (x itself in a plain run)."""
     if dist.is_initialized():
         x = x.clone()
         dist.all_reduce(x)
@@ -1070,7 +1063,6 @@ def all_mean(x: torch.Tensor) -> torch.Tensor:
 
 
 def whole_mean_std(x: torch.Tensor) -> tuple:
-    """Mean and std of x pooled over every process's share (x.mean(), x.std() in a plain run)."""
     if not dist.is_initialized():
         return x.mean(), x.std()
     mean = all_mean(x.mean())
@@ -1093,7 +1085,7 @@ def make_optimizer(args: Args, agent: nn.Module, device: torch.device) -> optim.
     """Adam (eps 1e-5, as ppo2); --cuda-graphs: fused, capturable, its learning rate a tensor."""
     graphs = args.cuda_graphs and device.type == "cuda"
     if args.cuda_graphs and not graphs:
-        print("notice: --cuda-graphs needs CUDA; on the CPU the policy and the update run eagerly")
+        print("notice: --cuda-graphs needs CUDA; on the CPU everything runs eagerly")
     if device.type == "cuda" and not (graphs or args.target_kl or dist.is_initialized()):
         print("notice: eager CUDA ran 1.7-4.0x slower than --cuda-graphs on an H200")
     if not graphs:
@@ -1131,9 +1123,9 @@ def walk(fn: Callable, item, *like):
 
 
 class CudaGraph:
-    """fn(*args) recorded once in a CUDA graph, then replayed on each call's tensors copied into
-    the recorded ones: one launch, not one per kernel. The outputs are overwritten by the next
-    call. fn may not branch on a tensor's value."""
+    """fn(*args) recorded once in a CUDA graph, then replayed on each call's tensors copied in:
+    one launch, not one per kernel. Outputs are overwritten by the next call; fn may not branch on
+    a tensor's value."""
 
     def __init__(self, fn: Callable, warmup: int = 3):
         self.fn = fn
