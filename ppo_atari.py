@@ -142,13 +142,12 @@ def make_env(env_id: str, idx: int, capture_video: bool, run_name: str):
             env = gym.wrappers.RecordVideo(env, f"videos/{run_name}")
         else:
             env = gym.make(env_id, obs_type="grayscale")
-        # 1-30 no-ops at reset; 84x84; NoFrameskip ids: frames skipped 4 at a time, the max of the
-        # last two kept (other ids skip in the emulator)
+        # 1-30 no-ops, 84x84; NoFrameskip ids skip 4 frames here (max of the last 2), others in ALE
         frame_skip = 4 if env.spec.kwargs.get("frameskip") == 1 else 1
         env = gym.wrappers.AtariPreprocessing(LastScreens(env), frame_skip=frame_skip)
         env.env.buffer = env.obs_buffer  # where LastScreens puts the last two screens
-        env = EpisodicLife(env)  # lost lives end episodes; whole games logged, unclipped
-        env = gym.wrappers.TransformReward(env, np.sign)  # learning sees rewards' signs only
+        env = EpisodicLife(env)
+        env = gym.wrappers.TransformReward(env, np.sign)
         env = gym.wrappers.FrameStackObservation(env, 4)
         return env
 
@@ -156,8 +155,8 @@ def make_env(env_id: str, idx: int, capture_video: bool, run_name: str):
 
 
 class LastScreens(gym.Wrapper):
-    """At a time limit, the last two screens into AtariPreprocessing's buffer, which its frame skip
-    stops before filling: the final observation, which the truncation bootstrap values, is true."""
+    """At a time limit, the last two screens into AtariPreprocessing's buffer (its frame skip stops
+    before filling it): a true final observation for the truncation bootstrap."""
 
     def step(self, action):
         before = self.unwrapped.ale.getScreenGrayscale()
@@ -169,14 +168,13 @@ class LastScreens(gym.Wrapper):
 
 
 class EpisodicLife(gym.Wrapper):
-    """A lost life ends the episode; the game goes on. The steps of a new life the agent never sees
-    (a no-op, then the serve: FIRE and action 2) are played as the life is lost, as in ale-py's
-    vector env. Each game is logged once: "r" its raw score, "l" its steps."""
+    """A lost life ends the episode, not the game: the new life's first steps (a no-op, then the
+    serve: FIRE and 2) are played unseen, as in ale-py's vector env. Each game is logged once."""
 
     def __init__(self, env: gym.Env):
         super().__init__(env)
         self.serve_actions = (1, 2) if env.unwrapped.get_action_meanings()[1] == "FIRE" else ()
-        self.next_life = None  # (obs, info) after the next life's unseen steps: reset() returns it
+        self.next_life = None  # (obs, info) for reset() to return after a lost life
 
     def play_unseen(self, actions: tuple, obs, info) -> tuple:
         """Steps the agent does not see: (the last obs, its info, whether the game ended)."""
@@ -195,14 +193,12 @@ class EpisodicLife(gym.Wrapper):
         lost_life = self.unwrapped.ale.lives() < self.lives and not terminated
         self.lives = self.unwrapped.ale.lives()
         game_over = terminated or truncated
-        if lost_life and not game_over:  # the next life starts now
+        if lost_life and not game_over:
             next_obs, next_info, game_over = self.play_unseen((0, *self.serve_actions), obs, info)
             self.next_life = None if game_over else (next_obs, next_info)
         if game_over:
             info = {**info, "episode": {"r": self.score, "l": self.length}}
-        terminated = terminated or lost_life
-        truncated = truncated and not lost_life
-        return obs, reward, terminated, truncated, info
+        return obs, reward, terminated or lost_life, truncated and not lost_life, info
 
     def reset(self, **kwargs):
         start = self.next_life
@@ -229,23 +225,27 @@ class EpisodicLife(gym.Wrapper):
 
 
 class NativeAtari(gym.vector.VectorEnv):
-    """ale-py's AtariVectorEnv (C++ threads) as make_env plays, but for the serve: the agent sees a
-    new life's first step, played as FIRE (`serves`). Envs step in groups: send(actions, g) starts
-    envs[parts[g]], recv(g) waits for them."""
+    """ale-py's AtariVectorEnv (C++ threads), as make_env plays but for the serve, which the agent
+    sees and which plays FIRE (`serves`). send(actions, g) starts group g, recv(g) waits for it."""
 
     def __init__(self, env_id: str, num_envs: int, groups: int, video: Optional[str]):
-        kwargs = gym.spec(env_id.split(":")[-1]).kwargs  # "module:Game-v4": the module is imported
+        kwargs = gym.spec(env_id.split(":")[-1]).kwargs  # "module:Game-v4": check_env imported it
         skip = kwargs.get("frameskip", 4)  # NoFrameskip: 1; skip 4 here, max of the last two
-        settings = {"frameskip": 4 if skip == 1 else skip, "maxpool": skip == 1, "noop_max": 30}
-        settings.update(use_fire_reset=True, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
-        # a lost life terminates (the game goes on); the rewards stay raw, for the game's score
-        settings.update(life_loss_info=True, reward_clipping=False)
-        settings["repeat_action_probability"] = kwargs.get("repeat_action_probability", 0.25)
-        settings["full_action_space"] = kwargs.get("full_action_space", False)
-        settings["max_num_frames_per_episode"] = kwargs.get("max_num_frames_per_episode", 108000)
-        cores = len(os.sched_getaffinity(0)) // int(os.environ.get("LOCAL_WORLD_SIZE", 1))
-        settings["num_threads"] = min(num_envs // groups, max(1, cores))
         size = num_envs // groups
+        cores = len(os.sched_getaffinity(0)) // int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+        settings = dict(
+            frameskip=4 if skip == 1 else skip,
+            maxpool=skip == 1,
+            noop_max=30,
+            use_fire_reset=True,
+            autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+            life_loss_info=True,  # a lost life terminates (the game goes on)
+            reward_clipping=False,  # raw rewards: the game's score
+            repeat_action_probability=kwargs.get("repeat_action_probability", 0.25),
+            full_action_space=kwargs.get("full_action_space", False),
+            max_num_frames_per_episode=kwargs.get("max_num_frames_per_episode", 108000),
+            num_threads=min(size, max(1, cores)),
+        )
         game = kwargs["game"]
         self.vector_envs = [ale_py.AtariVectorEnv(game, size, **settings) for _ in range(groups)]
         self.parts = [slice(g * size, (g + 1) * size) for g in range(groups)]
@@ -253,29 +253,26 @@ class NativeAtari(gym.vector.VectorEnv):
         colour = dict(img_height=210, img_width=160, grayscale=False, stack_num=1, num_threads=1)
         self.twin = ale_py.AtariVectorEnv(game, 1, **{**settings, **colour}) if video else None
         self.video = video
-        self.clip = []  # the twin's frames of env 0's game in progress
-        self.games = 0  # env 0's games so far
+        self.games = 0
         self.num_envs = num_envs
         self.single_observation_space = self.vector_envs[0].single_observation_space
         self.single_action_space = self.vector_envs[0].single_action_space
         self.action_space = gym.vector.utils.batch_space(self.single_action_space, num_envs)
         self.fire = self.vector_envs[0].ale.get_action_set()[1] == ale_py.Action.FIRE
 
-    def reset(self, *, seed=None, options=None):
-        # env i is seeded seed + i, whatever its group
+    def reset(self, *, seed, options=None):
         seeds = seed + np.arange(self.num_envs) if isinstance(seed, int) else seed
         out = []
         for env, part in zip(self.vector_envs, self.parts, strict=True):
-            out.append(env.reset(seed=None if seeds is None else seeds[part]))
+            out.append(env.reset(seed=seeds[part]))
         obs = np.concatenate([obs for obs, _ in out])
         infos = {key: np.concatenate([info[key] for _, info in out]) for key in out[0][1]}
         self.returns = np.zeros(self.num_envs)  # each env's game so far: raw score, steps
         self.lengths = np.zeros(self.num_envs, dtype=np.int64)
         self.frames = infos["episode_frame_number"]
         self.serves = np.zeros(self.num_envs, dtype=bool)  # each env's next step is a serve
-        self.clip = []
-        if self.twin:
-            first_frame, _ = self.twin.reset(seed=None if seeds is None else np.asarray(seeds[:1]))
+        if self.twin:  # the clip: the twin's frames of env 0's game in progress
+            first_frame, _ = self.twin.reset(seed=seeds[:1])
             self.clip = [first_frame[0, 0]]
         return obs, infos
 
@@ -291,8 +288,7 @@ class NativeAtari(gym.vector.VectorEnv):
         part = self.parts[group]
         self.returns[part] += rewards
         self.lengths[part] += 1
-        # a new game started where the emulator's frame count fell; not the lives (bonus lives),
-        # nor the terminations (every lost life terminates)
+        # a game ended where the frame count fell (not the lives: bonus lives; nor terminations)
         game_over = truncations | (infos["episode_frame_number"] < self.frames[part])
         self.frames[part] = infos["episode_frame_number"]
         self.serves[part] = terminations & ~game_over & self.fire
@@ -334,7 +330,7 @@ def make_vector_env(args: Args, num_envs: int, rank: int) -> gym.vector.VectorEn
     last one in infos["final_obs"]), and no step is spent on a reset."""
     video = args.capture_video and rank == 0
     run_name = os.path.basename(args.run_dir)
-    if args.native_envs:  # ale-py's, else make_env's wrappers
+    if args.native_envs:
         # on a GPU, the policy acts for one group while the other steps
         two_groups = args.cuda and torch.cuda.is_available() and num_envs % 2 == 0
         groups = min(args.env_groups or (2 if two_groups else 1), num_envs)
@@ -362,7 +358,7 @@ def check_env(args: Args):
         why = "random frame skip, or a game mode"
         fail(f"the native vector env cannot play {env_id} ({why}); use --no-native-envs")
     groups = args.env_groups
-    per_process = args.num_envs // int(os.environ.get("WORLD_SIZE", 1))
+    per_process = args.num_envs // WORLD_SIZE
     if groups < 0 or (groups > 1 and not args.native_envs) or (groups and per_process % groups):
         allowed = f"native envs (no --no-native-envs), 0 or a divisor of {per_process}"
         fail(f"--env-groups {groups}: {allowed}")
@@ -397,7 +393,7 @@ class Agent(nn.Module):
         return self.critic(self.network(x / 255.0)).squeeze(-1)  # (B,); pixels scaled to [0, 1]
 
     def get_action_and_value(self, x: torch.Tensor, action: Optional[torch.Tensor] = None):
-        x = self.network(x / 255.0)  # (B, 512): the trunk's features, for both heads
+        x = self.network(x / 255.0)  # (B, 512), for both heads
         # Categorical's sample, log_prob and entropy written out: the same numbers, faster
         logits = self.actor(x)  # (B, n_actions)
         log_probs = logits - logits.logsumexp(-1, keepdim=True)
@@ -468,7 +464,6 @@ def value_loss(newvalue, values, returns, clip_coef: Optional[float]) -> torch.T
 
 
 def mean_over(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """The mean of x over the rows where mask = 1."""
     return (x * mask).sum() / mask.sum().clamp(min=1.0)
 
 
@@ -481,8 +476,7 @@ def update_minibatch(args: Args, agent: Agent, optimizer: optim.Optimizer, minib
     assert newlogprob.shape == newvalue.shape == mb_returns.shape  # (minibatch,): no broadcasting
     logratio = newlogprob - mb_logprobs
     ratio = logratio.exp()
-    # a serve played FIRE, not the sampled action: the policy's terms skip those rows (the value
-    # and the advantages' statistics keep them: the state was real)
+    # a serve played FIRE, not the sampled action: the policy's terms skip it, the value's keep it
     kept = 1.0 - mb_serves
 
     with torch.no_grad():
@@ -518,8 +512,7 @@ def update_minibatch(args: Args, agent: Agent, optimizer: optim.Optimizer, minib
 
 
 def receive(args: Args, agent: Agent, envs, group: int, rewards_row, next_obs, next_done) -> dict:
-    """A group's step, received: its rewards (with the truncation bootstrap) into rewards_row, its
-    observations and dones into next_obs and next_done. Returns its infos."""
+    """recv(group) into rewards_row (bootstrapped), next_obs and next_done; returns its infos."""
     part = envs.parts[group]
     obs, reward, terminations, truncations, infos = envs.recv(group)
     reward = bootstrap_truncation(args, agent, reward, terminations, truncations, infos)
@@ -531,7 +524,7 @@ def receive(args: Args, agent: Agent, envs, group: int, rewards_row, next_obs, n
 
 def evaluate(args: Args, agent: Agent, envs, ckpt: dict, device: torch.device):
     """Play --eval-episodes episodes with the saved agent (--eval-greedy: its likeliest action)."""
-    if int(os.environ.get("RANK", 0)) == 0:
+    if RANK == 0:
         load_agent(agent, envs, ckpt, args.eval_checkpoint)
         torch.manual_seed(args.seed)  # the same seed plays the same episodes
         obs, _ = envs.reset(seed=args.seed)
@@ -554,9 +547,8 @@ def evaluate(args: Args, agent: Agent, envs, ckpt: dict, device: torch.device):
 
 
 # ==================================================================================================
-# RUN MANAGEMENT: checks, the checkpoint (save and restore side by side), logging, stop signals,
-# torchrun's averages, the optimizer and CUDA graphs. Identical in all four scripts
-# (tests/test_drift.py pins it), no part of the algorithm: a first reading can skip it.
+# RUN MANAGEMENT: checks, checkpoints, logging, signals, torchrun and CUDA graphs. Identical in all
+# four scripts (tests/test_drift.py pins it), no part of the algorithm: a first reading can skip it.
 # ==================================================================================================
 
 CHECKPOINT_FORMAT = 3  # raised whenever what a checkpoint holds changes
@@ -566,6 +558,10 @@ MAY_CHANGE_ON_RESUME = (
     "save_model upload_model hf_entity save_every run_dir resume eval_checkpoint eval_episodes "
     "eval_greedy env_groups"
 ).split()
+SCRIPT = os.path.basename(__file__)
+# torchrun's (a plain run: rank 0 of 1)
+RANK = int(os.environ.get("RANK", 0))
+WORLD_SIZE = int(os.environ.get("WORLD_SIZE", 1))
 
 
 def fail(message: str) -> NoReturn:
@@ -577,9 +573,10 @@ def fail(message: str) -> NoReturn:
 
 
 def check_args(args: Args):
-    positive = ["total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs"]
-    positive += ["eval_episodes", "learning_rate", "clip_coef", "max_grad_norm", "target_kl"]
-    positive += ["reward_scale"]  # ppo_rnn.py's
+    positive = (
+        "total_timesteps num_envs num_steps num_minibatches update_epochs eval_episodes "
+        "learning_rate clip_coef max_grad_norm target_kl reward_scale"  # the last: ppo_rnn.py's
+    ).split()
     for name, value in vars(args).items():
         flag = f"--{name.replace('_', '-')}"
         if name in positive and value is not None and not value > 0:
@@ -589,22 +586,18 @@ def check_args(args: Args):
         if name in ("gamma", "gae_lambda") and not 0 <= value <= 1:
             fail(f"{flag} must be in [0, 1], got {value}")
     if args.capture_video and importlib.util.find_spec("moviepy") is None:
-        missing = "--capture-video writes videos with moviepy, which does not import here"
-        fail(f"{missing}; pip install moviepy")
+        fail("--capture-video needs moviepy, which is not installed; pip install moviepy")
     if args.capture_video:  # frames need no display: else SDL may print an XDG_RUNTIME_DIR error
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     if args.upload_model and not args.save_model:
-        fail("--upload-model pushes the model that --save-model saves; add --save-model")
+        fail("--upload-model pushes what --save-model saves; add --save-model")
     if args.upload_model:
         try:
             importlib.import_module("huggingface_hub")
-        except ImportError:
-            missing = "--upload-model pushes with huggingface_hub, which does not import here"
-            fail(f"{missing}; pip install huggingface_hub")
-    check_env(args)  # the env's kind, and what this script's domain adds to these checks
+        except ImportError as e:
+            fail(f"--upload-model needs huggingface_hub ({e}); pip install huggingface_hub")
+    check_env(args)
     batch_size = args.num_envs * args.num_steps
-    processes = int(os.environ.get("WORLD_SIZE", 1))  # under torchrun, each steps a share
-    rank = int(os.environ.get("RANK", 0))
     batch = f"num_envs * num_steps = {batch_size}"
     minibatches = args.num_minibatches
     if batch_size % minibatches:
@@ -615,21 +608,20 @@ def check_args(args: Args):
     if args.eval_checkpoint is None and args.total_timesteps < batch_size:
         fail(f"--total-timesteps {args.total_timesteps} is less than one batch ({batch})")
     whole = args.total_timesteps // batch_size * batch_size
-    if not (args.eval_checkpoint or args.resume) and whole != args.total_timesteps and rank == 0:
+    if not (args.eval_checkpoint or args.resume) and whole != args.total_timesteps and RANK == 0:
         rounded = f"not a multiple of the batch ({batch}): {whole} steps are trained"
         print(f"notice: --total-timesteps {args.total_timesteps} is {rounded}")
-    if args.num_envs % processes or batch_size // processes % minibatches:
-        split = f"{processes} processes of whole minibatches"
-        unit = processes * minibatches // math.gcd(minibatches, args.num_steps)  # of --num-envs
+    if args.num_envs % WORLD_SIZE or batch_size // WORLD_SIZE % minibatches:  # each steps a share
+        split = f"{WORLD_SIZE} processes of whole minibatches"
+        unit = WORLD_SIZE * minibatches // math.gcd(minibatches, args.num_steps)  # of --num-envs
         below = args.num_envs // unit * unit
         fits = f"{below} or {below + unit}" if below else f"{unit}"
         fail(f"--num-envs {args.num_envs} does not split into {split}; try --num-envs {fits}")
-    if args.cuda_graphs and (args.target_kl is not None or processes > 1):
+    if args.cuda_graphs and (args.target_kl is not None or WORLD_SIZE > 1):
         fail("--cuda-graphs records the whole minibatch step: no --target-kl, no torchrun")
 
 
 def divisors_near(n: int, to: int) -> list:
-    """The divisors of n nearest to `to`: the largest below it and the smallest above it."""
     below = [d for d in range(1, to) if n % d == 0][-1:]
     above = [d for d in range(to + 1, n + 1) if n % d == 0][:1]
     return below + above
@@ -643,37 +635,34 @@ def start_up(args: Args) -> tuple:
         check_args(args)
     except SystemExit as stop:
         error = stop.code
-    rank = int(os.environ.get("RANK", 0))
-    world_size = int(os.environ.get("WORLD_SIZE", 1))
     if error is None and args.resume:  # a finished run: nothing to do, nothing written
         batch_size = args.num_envs * args.num_steps
         last = args.total_timesteps // batch_size
         further = f"--total-timesteps {(last + 1) * batch_size} or more trains it further"
-        if ckpt["iteration"] >= last and rank == 0:
+        if ckpt["iteration"] >= last and RANK == 0:
             print(f"{args.resume} is finished (iteration {ckpt['iteration']} of {last}); {further}")
         if ckpt["iteration"] >= last:
             raise SystemExit(0)
     cuda = args.cuda and torch.cuda.is_available()
     gpus = torch.cuda.device_count() if cuda else 0
     if cuda and int(os.environ.get("LOCAL_WORLD_SIZE", 1)) > gpus:  # the group could not start
-        fix = "lower --nproc-per-node, or pass --no-cuda"
-        fail(f"more processes than the {gpus} GPU(s) here; {fix}")
+        fail(f"more processes than the {gpus} GPU(s); lower --nproc-per-node or pass --no-cuda")
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
-    if world_size > 1:
-        error = start_process_group(args, rank, world_size, cuda, error)
+    if WORLD_SIZE > 1:
+        error = start_process_group(args, cuda, error)
     if error is not None:
         fail(str(error).removeprefix("error: "))
     if cuda:
         torch.cuda.set_device(device)
-    elif args.cuda and rank == 0:
+    elif args.cuda and RANK == 0:
         print("notice: CUDA is not available, running on CPU")
     if args.run_dir is None:
         env_name = args.env_id.replace("/", "_")
         args.run_dir = f"runs/{env_name}__{args.exp_name}__{args.seed}__{int(time.time())}"
-        if rank == 0:
+        if RANK == 0:
             args.run_dir = new_directory(args.run_dir)
-    return rank, world_size, device, ckpt
+    return RANK, WORLD_SIZE, device, ckpt
 
 
 def new_directory(path: str) -> str:
@@ -689,15 +678,15 @@ def new_directory(path: str) -> str:
             return name  # start_run says why it cannot be written
 
 
-def start_process_group(args: Args, rank: int, world_size: int, cuda: bool, error) -> Optional[str]:
+def start_process_group(args: Args, cuda: bool, error) -> Optional[str]:
     """torchrun's group; the first error of any process, or arguments that differ."""
     importlib.import_module("torch._dynamo")  # else torch.optim imports it later, holding the group
     # torchrun --max-restarts keeps its store: this attempt's keys apart from the dead attempts'
     attempt = f"restart{os.environ.get('TORCHELASTIC_RESTART_COUNT', 0)}"
     store = dist.PrefixStore(attempt, next(dist.rendezvous("env://"))[0])
     backend = "cpu:gloo,cuda:nccl" if cuda else "gloo"
-    dist.init_process_group(backend, store=store, rank=rank, world_size=world_size)
-    everyone = [None] * world_size
+    dist.init_process_group(backend, store=store, rank=RANK, world_size=WORLD_SIZE)
+    everyone = [None] * WORLD_SIZE
     dist.all_gather_object(everyone, (asdict(args), error))
     first = everyone[0][0]
     differ = [name for name, value in first.items() if any(a[name] != value for a, _ in everyone)]
@@ -718,7 +707,7 @@ def from_checkpoint(args: Args) -> Optional[dict]:
         args.resume = model_path if os.path.exists(model_path) else None
     if args.resume is None and args.eval_checkpoint is None:
         check_run_dir(args, restart)
-    if args.resume is not None and os.path.isdir(args.resume) and not args.resume.endswith(".pt"):
+    if args.resume and os.path.isdir(args.resume) and not args.resume.endswith(".pt"):
         found = sorted(glob.glob(os.path.join(glob.escape(args.resume), "*.pt")))
         if len(found) != 1:
             which = ", ".join(os.path.basename(f) for f in found) or "no checkpoint (*.pt)"
@@ -727,34 +716,33 @@ def from_checkpoint(args: Args) -> Optional[dict]:
     path = args.eval_checkpoint or args.resume
     if path is None:
         return None
-    script = os.path.basename(__file__)
     if not os.path.isfile(path):
-        fail(f"checkpoint {path!r} is not a file; pass the path of one that --save-model wrote")
+        fail(f"checkpoint {path!r} is not a file; pass one that --save-model wrote")
     model_file = path.endswith(".cleanrl_model")  # tensors and plain values: safe from anyone
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=model_file)
     except Exception as e:
         fail(f"checkpoint {path!r} could not be read ({type(e).__name__}); it is corrupt")
-    if isinstance(ckpt, dict) and ckpt.get("script", script) != script:
-        fail(f"{path!r} was saved by {ckpt['script']}, not {script}; run it with {ckpt['script']}")
+    if isinstance(ckpt, dict) and ckpt.get("script", SCRIPT) != SCRIPT:
+        fail(f"{path!r} was saved by {ckpt['script']}, not {SCRIPT}; run it with {ckpt['script']}")
     if args.resume and model_file:
         fail(f"{path!r} holds the model only; --resume continues the .pt checkpoint beside it")
     parts = {"format", "args", "agent", "ranks"}
-    parts |= set() if model_file else {"optimizer", "global_step", "iteration"}
+    if not model_file:
+        parts |= {"optimizer", "global_step", "iteration"}
     whole = isinstance(ckpt, dict) and parts <= ckpt.keys()
     if not whole or ckpt["format"] != CHECKPOINT_FORMAT:
         fix = "pass one its --save-model wrote"
-        fail(f"{path!r} is not a whole checkpoint of this {script}; {fix}")
-    processes = int(os.environ.get("WORLD_SIZE", 1))
-    if args.resume and len(ckpt["ranks"]) != processes:
+        fail(f"{path!r} is not a whole checkpoint of this {SCRIPT}; {fix}")
+    if args.resume and len(ckpt["ranks"]) != WORLD_SIZE:
         saved_by = len(ckpt["ranks"])
-        fail(f"{path!r} was saved by {saved_by} process(es), not {processes}; start as many")
+        fail(f"{path!r} was saved by {saved_by} process(es), not {WORLD_SIZE}; start as many")
     saved = {**ckpt["args"], "run_dir": os.path.dirname(path) or "."}
     if args.eval_checkpoint:  # how it runs and is recorded: from its command line, not training's
         defaults = asdict(Args())
         saved.update({n: defaults[n] for n in MAY_CHANGE_ON_RESUME if n in defaults})
         saved["run_dir"] = f"{ckpt['args']['run_dir']}-eval"  # its videos apart from training's
-    if args.eval_checkpoint and not model_file and int(os.environ.get("RANK", 0)) == 0:
+    if args.eval_checkpoint and not model_file and RANK == 0:
         safe = f"{ckpt['args']['exp_name']}.cleanrl_model, beside it, loads without running any"
         print(f"notice: a .pt checkpoint is a pickle, which can run code as it loads; {safe}")
     given = tyro.cli(Args, default=Args(**saved))  # the command line again, over the saved settings
@@ -817,21 +805,16 @@ def unplain(value, like):
 
 
 def eval_summary(args: Args, envs, returns: list) -> str:
-    """An evaluation's line: its episodes, how they were played, their return and its videos."""
+    """An evaluation's line (gymnasium's recorder stopped first: no partial video)."""
     how = "greedy" if args.eval_greedy else "sampled"
     mean, std = np.mean(returns), np.std(returns)
     summary = f"eval: {plural(len(returns), 'episode')} ({how}), return {mean:.2f} ± {std:.2f}"
-    return summary + end_recording(args, envs)
-
-
-def end_recording(args: Args, envs) -> str:
-    """gymnasium's recorder stopped (no partial video); where evaluation's videos are, if any."""
     if not args.capture_video:
-        return ""
+        return summary
     if hasattr(envs, "envs"):
         envs.envs[0].set_wrapper_attr("recording", False)
         envs.envs[0].set_wrapper_attr("recorded_frames", [])
-    return f"; videos in videos/{os.path.basename(args.run_dir)}/"
+    return f"{summary}; videos in videos/{os.path.basename(args.run_dir)}/"
 
 
 def save_checkpoint(
@@ -840,27 +823,26 @@ def save_checkpoint(
     """Write what continuing after `iteration` needs (carry: what the loop carries), atomically."""
     try:
         env_state = pickle.dumps(envs.envs)  # the sub-envs mid-episode, with their RNGs
-    except (pickle.PicklingError, TypeError, AttributeError) as e:  # AttributeError: no sub-envs
-        env_state = None  # a C++ vector env, a video recorder, a lambda in an env
-        if run.saved is None and run.rank == 0:
+    except (pickle.PicklingError, TypeError, AttributeError) as e:
+        env_state = None  # no sub-envs (a C++ vector env), a video recorder, a lambda in an env
+        if run.saved is None and RANK == 0:
             print(f"notice: the envs do not pickle ({e}): a resume starts new episodes")
     rng = dict(python=random.getstate(), numpy=np.random.get_state(), torch=torch.get_rng_state())
     rng["cuda"] = torch.cuda.get_rng_state() if carry[0].is_cuda else None
     wrapper = {name: getattr(envs, name) for name in getattr(envs, "checkpointed", ())}
     own = dict(envs=env_state, wrapper=wrapper, carry=walk(torch.Tensor.cpu, carry), rng=rng)
     ranks = gather(own)
-    if run.rank > 0:
+    if RANK > 0:
         return
-    checkpoint = dict(format=CHECKPOINT_FORMAT, script=os.path.basename(__file__), ranks=ranks)
+    checkpoint = dict(format=CHECKPOINT_FORMAT, script=SCRIPT, ranks=ranks)
     checkpoint.update(args=asdict(args), agent=agent.state_dict(), optimizer=optimizer.state_dict())
     checkpoint.update(global_step=global_step, iteration=iteration)
-    checkpoint["recent_returns"] = list(run.recent_returns)  # the progress line's window
+    checkpoint["recent_returns"] = list(run.recent_returns)
     write_file(f"{args.run_dir}/{args.exp_name}.pt", checkpoint, iteration)
     run.saved = iteration
     # the model to share: loads with torch.load(weights_only=True), runs no code
-    model = dict(format=CHECKPOINT_FORMAT, script=checkpoint["script"], args=checkpoint["args"])
+    model = {key: checkpoint[key] for key in ("format", "script", "args", "global_step")}
     model["agent"] = {name: tensor.cpu() for name, tensor in checkpoint["agent"].items()}
-    model["global_step"] = global_step
     wrapper = {name: plain(value) for name, value in ranks[0]["wrapper"].items()}
     model["ranks"] = [dict(wrapper=wrapper)]
     write_file(f"{args.run_dir}/{args.exp_name}.cleanrl_model", model, iteration)
@@ -884,8 +866,7 @@ def write_file(path: str, obj, iteration: int):
 
 
 def restore(args: Args, ckpt: Optional[dict], rank: int, agent, optimizer, envs, carry: tuple):
-    """(global_step, first iteration, carry) as save_checkpoint left them; a new run: (0, 1, carry),
-    every process from rank 0's parameters."""
+    """(global_step, first iteration, carry) as saved, or (0, 1, carry) and rank 0's weights."""
     if ckpt is None:
         if dist.is_initialized():
             for param in agent.parameters():
@@ -911,12 +892,11 @@ def restore(args: Args, ckpt: Optional[dict], rank: int, agent, optimizer, envs,
 
 
 def start_run(args: Args, rank: int, device: torch.device, ckpt: Optional[dict]) -> tuple:
-    """Rank 0 claims --run-dir (one run a directory, writable now), opens TensorBoard there, prints
-    the sizes; stop signals are caught. Returns (the writer, None on other ranks; the run)."""
-    run = types.SimpleNamespace(rank=rank, lock=None, signals=[], saved=None, saved_at=time.time())
-    recent = ckpt.get("recent_returns", []) if ckpt else []  # the progress line's mean return
+    """Rank 0 locks --run-dir, opens TensorBoard and prints the sizes; signals are caught."""
+    run = types.SimpleNamespace(lock=None, signals=[], saved=None, saved_at=time.time())
+    recent = ckpt.get("recent_returns", []) if ckpt else []
     run.recent_returns = deque(recent, maxlen=100)
-    run.first_step = ckpt["global_step"] if ckpt else 0  # for this run's steps per second
+    run.first_step = ckpt["global_step"] if ckpt else 0
     run.start_time = time.time()
     try:
         if rank == 0:
@@ -940,17 +920,16 @@ def start_run(args: Args, rank: int, device: torch.device, ckpt: Optional[dict])
         return None, run
     resumed = f", resumed from {args.resume} at iteration {ckpt['iteration']}" if ckpt else ""
     print(f"run dir {args.run_dir}{resumed}")
-    processes = int(os.environ.get("WORLD_SIZE", 1))
     sizes = f"batch {args.batch_size}, minibatch {args.minibatch_size}"
     sizes += f", {plural(args.num_iterations, 'iteration')}, {device}"
-    if processes > 1:
-        sizes += f", {processes} processes of {args.num_envs // processes} envs"
+    if WORLD_SIZE > 1:
+        sizes += f", {WORLD_SIZE} processes of {args.num_envs // WORLD_SIZE} envs"
     print(sizes)
     if args.track:
         wandb = importlib.import_module("wandb")
         project, entity = args.wandb_project_name, args.wandb_entity
         wandb.init(project=project, entity=entity, sync_tensorboard=True, config=vars(args))
-    # TensorBoard's thread dies on a full disk, silently here: the next write says it in one line
+    # a full disk kills TensorBoard's thread: quietly here, the next write says it in one line
     threading.excepthook = functools.partial(quiet_writer_thread, run.excepthook)
     # a resumed run logs on in its directory: TensorBoard hides what came after the checkpoint
     purge_step = ckpt["global_step"] + 1 if ckpt else None
@@ -979,7 +958,7 @@ def gather(obj) -> Optional[list]:
     """Every process's obj in rank order, on rank 0 (None elsewhere)."""
     if not dist.is_initialized():
         return [obj]
-    objs = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
+    objs = [None] * WORLD_SIZE if RANK == 0 else None
     dist.gather_object(obj, objs)
     return objs
 
@@ -1007,7 +986,6 @@ def log_episodes(writer: Optional[SummaryWriter], finished: list) -> list:
 
 
 def means(totals: dict, count: int) -> dict:
-    """{name: total / count}, averaged over torchrun's processes."""
     if count == 0:
         return {}
     values = all_mean(torch.stack(list(totals.values())) / count)
@@ -1023,8 +1001,8 @@ def log_iteration(
         return
     sps = int((step - run.first_step) / (time.time() - run.start_time))
     writer.add_scalar("charts/learning_rate", float(optimizer.param_groups[0]["lr"]), step)
-    losses = ["value_loss", "policy_loss", "entropy", "old_approx_kl", "approx_kl", "clipfrac"]
-    for name in [*losses, "explained_variance"]:
+    losses = "value_loss policy_loss entropy old_approx_kl approx_kl clipfrac explained_variance"
+    for name in losses.split():
         if name in stats:  # none where --target-kl skipped the whole update
             writer.add_scalar(f"losses/{name}", stats[name], step)
     writer.add_scalar("charts/SPS", sps, step)
@@ -1062,7 +1040,7 @@ def end_of_iteration(args: Args, run, agent, optimizer, envs, step: int, i: int,
     if args.save_model and (signum or save_due or last):
         save_checkpoint(args, run, agent, optimizer, envs, step, i, carry)
         run.saved_at = time.time()
-    if run.rank == 0 and (signum or last):
+    if RANK == 0 and (signum or last):
         end = f"stopped by {signal.Signals(signum).name}" if signum else "finished"
         print(f"{end} after iteration {i}{saved}")
     return signum != 0
@@ -1071,7 +1049,7 @@ def end_of_iteration(args: Args, run, agent, optimizer, envs, step: int, i: int,
 def stop_reason(args: Args, run, exception: BaseException) -> Optional[str]:
     """A failed write's error; none for a second Ctrl-C (its exit status says it)."""
     if isinstance(exception, KeyboardInterrupt):
-        if run.rank == 0:
+        if RANK == 0:
             kept = f"; the checkpoint keeps iteration {run.saved}" if run.saved else ""
             print(f"interrupted mid-iteration{kept}")
         return None
@@ -1107,14 +1085,11 @@ def close_run(args: Args, run, writer, envs, finished: list, error: Optional[str
     if run.signals:
         raise SystemExit(128 + run.signals[0])
     if writer is not None and args.upload_model:  # rank 0, the group gone: none waits on it
-        error = upload(args)
-    if error is not None:
-        fail(error)
+        upload(args)
 
 
-def upload(args: Args) -> Optional[str]:
-    """--upload-model: the model file, its evaluation (a fresh process), the TensorBoard log and a
-    model card, in {run_dir}/hub, pushed to the Hugging Face Hub. Returns an error, if any."""
+def upload(args: Args):
+    """--upload-model: {run_dir}/hub (model file, evaluation, log, card) pushed to the Hub."""
     name = f"{args.env_id.replace('/', '-')}-{args.exp_name}-seed{args.seed}"
     repo_id = f"{args.hf_entity}/{name}" if args.hf_entity else name  # else the login's namespace
     model = f"{args.run_dir}/{args.exp_name}.cleanrl_model"
@@ -1129,7 +1104,7 @@ def upload(args: Args) -> Optional[str]:
     summary = [line for line in played.stdout.splitlines() if line.startswith("eval: ")]
     if played.returncode or not summary:
         last_line = (played.stderr.strip().splitlines() or ["no output"])[-1]
-        return f"the evaluation for --upload-model failed: {last_line}"
+        fail(f"the evaluation for --upload-model failed: {last_line}")
     folder = f"{args.run_dir}/hub"
     os.makedirs(folder, exist_ok=True)
     shutil.copy(model, folder)
@@ -1138,10 +1113,9 @@ def upload(args: Args) -> Optional[str]:
     videos = f"videos/{os.path.basename(args.run_dir)}-eval"
     if args.capture_video and os.path.isdir(videos):
         shutil.copytree(videos, f"{folder}/videos", dirs_exist_ok=True)
-    script = os.path.basename(__file__)
     card = ["---", f"tags: [reinforcement-learning, ppo, {args.env_id}]", "---"]
-    card += [f"# PPO on {args.env_id}: `{script}`, seed {args.seed}", ""]
-    evaluates = f"`python {script} --eval-checkpoint {args.exp_name}.cleanrl_model` evaluates it"
+    card += [f"# PPO on {args.env_id}: `{SCRIPT}`, seed {args.seed}", ""]
+    evaluates = f"`python {SCRIPT} --eval-checkpoint {args.exp_name}.cleanrl_model` evaluates it"
     loads = "`torch.load(path, weights_only=True)` loads it"
     card += [summary[0], "", f"{evaluates} ({loads}).", ""]
     card += ["| setting | value |", "|-|-|", *[f"| {k} | {v} |" for k, v in vars(args).items()]]
@@ -1153,27 +1127,24 @@ def upload(args: Args) -> Optional[str]:
         hub.HfApi().upload_folder(repo_id=repo_id, folder_path=folder)
     except Exception as e:  # no network, no login, no permission
         why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-        return f"the upload to {repo_id} failed ({why}); {folder} holds what it would push"
+        fail(f"the upload to {repo_id} failed ({why}); {folder} holds what it would push")
     print(f"uploaded to https://huggingface.co/{repo_id}")
-    return None
 
 
 def all_mean(x: torch.Tensor) -> torch.Tensor:
-    """The mean of x over torchrun's processes (x itself in a plain run)."""
     if dist.is_initialized():
         x = x.clone()
         dist.all_reduce(x)
-        x /= dist.get_world_size()
+        x /= WORLD_SIZE
     return x
 
 
 def whole_mean_std(x: torch.Tensor) -> tuple:
-    """Mean and std of x pooled over every process's share (x.mean(), x.std() in a plain run)."""
     if not dist.is_initialized():
         return x.mean(), x.std()
     mean = all_mean(x.mean())
-    count = x.numel() * dist.get_world_size()
-    sum_of_squares = all_mean(((x - mean) ** 2).sum()) * dist.get_world_size()
+    count = x.numel() * WORLD_SIZE
+    sum_of_squares = all_mean(((x - mean) ** 2).sum()) * WORLD_SIZE
     return mean, (sum_of_squares / (count - 1)).sqrt()
 
 
@@ -1191,7 +1162,7 @@ def make_optimizer(args: Args, agent: nn.Module, device: torch.device) -> optim.
     """Adam (eps 1e-5, as ppo2); --cuda-graphs: fused, capturable, its learning rate a tensor."""
     graphs = args.cuda_graphs and device.type == "cuda"
     if args.cuda_graphs and not graphs:
-        print("notice: --cuda-graphs needs CUDA; on the CPU the policy and the update run eagerly")
+        print("notice: --cuda-graphs needs CUDA; on the CPU everything runs eagerly")
     if device.type == "cuda" and not (graphs or args.target_kl or dist.is_initialized()):
         print("notice: eager CUDA ran 1.7-4.0x slower than --cuda-graphs on an H200")
     if not graphs:
@@ -1201,7 +1172,6 @@ def make_optimizer(args: Args, agent: nn.Module, device: torch.device) -> optim.
 
 
 def cuda_graph(args: Args, device: torch.device, fn: Callable) -> Callable:
-    """fn recorded in a CUDA graph (--cuda-graphs on CUDA), else fn itself."""
     return CudaGraph(fn) if args.cuda_graphs and device.type == "cuda" else fn
 
 
@@ -1230,9 +1200,9 @@ def walk(fn: Callable, item, *like):
 
 
 class CudaGraph:
-    """fn(*args) recorded once in a CUDA graph, then replayed on each call's tensors copied into
-    the recorded ones: one launch, not one per kernel. The outputs are overwritten by the next
-    call. fn may not branch on a tensor's value."""
+    """fn(*args) recorded once in a CUDA graph, then replayed on each call's tensors copied in:
+    one launch, not one per kernel. Outputs are overwritten by the next call; fn may not branch on
+    a tensor's value."""
 
     def __init__(self, fn: Callable, warmup: int = 3):
         self.fn = fn
@@ -1325,8 +1295,7 @@ if __name__ == "__main__":
                 set_learning_rate(optimizer, frac * args.learning_rate)
 
             # ROLLOUT
-            # the envs step in groups: each step of a group is received just before its next
-            # step is sent, so that it steps while the policy acts for the other groups
+            # a group steps while the policy acts for the others: received just before its next send
             for step in range(0, args.num_steps):
                 global_step += args.num_envs
                 for group, part in enumerate(envs.parts):
@@ -1337,7 +1306,7 @@ if __name__ == "__main__":
                         finished.extend(ended_episodes(infos, global_step - args.num_envs))
                     obs[step, part] = next_obs[part]
                     dones[step, part] = next_done[part]
-                    serves[step, part] = torch.from_numpy(envs.serves[part])  # the env plays FIRE
+                    serves[step, part] = torch.from_numpy(envs.serves[part])
                     with torch.inference_mode():
                         action, logprob, _, value = get_action_and_value(next_obs[part])
                     values[step, part] = value

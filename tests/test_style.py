@@ -18,8 +18,9 @@ MANAGEMENT_TARGET = 24000
 # where a target is not met yet, the size it has now, which only goes down (README's "How it reads" says by how much)
 NOW = {"ppo_atari.py": 34550}
 # issue 68 added to the management layer what a newcomer needs (the shareable model file, --upload-model, one run per
-# run dir, a finished resume, messages that name a fix): 26,441 characters before it, 36,271 after
-MANAGEMENT_NOW = 36300
+# run dir, a finished resume, messages that name a fix): 26,441 characters before it, 36,271 after; 34,415 after
+# issue 67's second pass
+MANAGEMENT_NOW = 34500
 
 
 def sizes(script: str) -> tuple:
