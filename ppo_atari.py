@@ -198,7 +198,9 @@ class EpisodicLife(gym.Wrapper):
             self.next_life = None if game_over else (next_obs, next_info)
         if game_over:
             info = {**info, "episode": {"r": self.score, "l": self.length}}
-        return obs, reward, terminated or lost_life, truncated and not lost_life, info
+        terminated = terminated or lost_life
+        truncated = truncated and not lost_life
+        return obs, reward, terminated, truncated, info
 
     def reset(self, **kwargs):
         start = self.next_life
@@ -260,11 +262,12 @@ class NativeAtari(gym.vector.VectorEnv):
         self.action_space = gym.vector.utils.batch_space(self.single_action_space, num_envs)
         self.fire = self.vector_envs[0].ale.get_action_set()[1] == ale_py.Action.FIRE
 
-    def reset(self, *, seed, options=None):
+    def reset(self, *, seed=None, options=None):
+        # env i is seeded seed + i, whatever its group
         seeds = seed + np.arange(self.num_envs) if isinstance(seed, int) else seed
         out = []
         for env, part in zip(self.vector_envs, self.parts, strict=True):
-            out.append(env.reset(seed=seeds[part]))
+            out.append(env.reset(seed=None if seeds is None else seeds[part]))
         obs = np.concatenate([obs for obs, _ in out])
         infos = {key: np.concatenate([info[key] for _, info in out]) for key in out[0][1]}
         self.returns = np.zeros(self.num_envs)  # each env's game so far: raw score, steps
@@ -272,7 +275,7 @@ class NativeAtari(gym.vector.VectorEnv):
         self.frames = infos["episode_frame_number"]
         self.serves = np.zeros(self.num_envs, dtype=bool)  # each env's next step is a serve
         if self.twin:  # the clip: the twin's frames of env 0's game in progress
-            first_frame, _ = self.twin.reset(seed=seeds[:1])
+            first_frame, _ = self.twin.reset(seed=None if seeds is None else seeds[:1])
             self.clip = [first_frame[0, 0]]
         return obs, infos
 
