@@ -1,6 +1,7 @@
 """benchmark/sweep.py (submitit) and report.py's statistics (rliable): a local sweep, bad input, known numbers, and a
 real single-node Slurm cluster (tests/slurm/start.sh) where a requeued or signalled job resumes exactly."""
 
+import argparse
 import os
 import re
 import shutil
@@ -14,10 +15,11 @@ import pytest
 import scipy.stats
 import torch
 
-from tests.helpers import ROOT, TINY, python_path
+from tests.helpers import ROOT, TINY, python_path, run
 
 sys.path.insert(0, str(ROOT / "benchmark"))
 import report  # noqa: E402
+import sweep as sweep_py  # noqa: E402
 
 SWEEP = [sys.executable, str(ROOT / "benchmark" / "sweep.py")]
 ENV = {**os.environ, "PYTHONPATH": python_path(), "WANDB_MODE": "offline"}
@@ -228,9 +230,11 @@ def test_slurm_sweep_requeued_and_preempted_jobs_resume_exactly(slurm, tmp_path)
         "REQUEUED",
         "REQUEUED",
     ], accounted
-    # the same runs, never stopped, on this machine
-    done = sweep(*common, "--out", str(reference), *script_args)
-    assert done.returncode == 0, done.stderr
+    # the same runs, never stopped, in this process: each run's command as the sweep plans it (what the jobs ran)
+    planned = argparse.Namespace(out=reference, env_ids=["CartPole-v1"], seeds=[1, 2], script="ppo.py", tag=None, fresh=True)
+    for _, _, planned_run in sweep_py.plan(planned, "ppo", script_args[1:]):
+        assert planned_run.command[1] == str(ROOT / "ppo.py")
+        run("ppo.py", *planned_run.command[2:], cwd=ROOT)  # cwd: the jobs' (sweep.Run)
     for seed in (1, 2):
         step, agent = agent_of(out / "runs" / f"CartPole-v1__ppo__{seed}__sweep" / "ppo.pt")
         ref_step, ref_agent = agent_of(reference / "runs" / f"CartPole-v1__ppo__{seed}__sweep" / "ppo.pt")
