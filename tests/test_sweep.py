@@ -15,7 +15,7 @@ import pytest
 import scipy.stats
 import torch
 
-from tests.helpers import ROOT, TINY, python_path, run
+from tests.helpers import ROOT, TINY, python_path, report_cli, run
 
 sys.path.insert(0, str(ROOT / "benchmark"))
 import report  # noqa: E402
@@ -34,7 +34,7 @@ def agent_of(checkpoint: Path) -> dict:
     return ckpt["global_step"], ckpt["agent"]
 
 
-def test_local_sweep_runs_every_run_and_the_report_gives_each_group_an_iqm(tmp_path):
+def test_local_sweep_runs_every_run_and_the_report_gives_each_group_an_iqm(tmp_path, capsys):
     out = tmp_path / "sweep"
     argv = ["--env-ids", "CartPole-v1", "Acrobot-v1", "--seeds", "1", "2", "--out", str(out), "--jobs", "2"]
     result = sweep("ppo.py", *argv, "--", *TINY, "--total-timesteps", "1280", "--no-cuda")
@@ -51,11 +51,7 @@ def test_local_sweep_runs_every_run_and_the_report_gives_each_group_an_iqm(tmp_p
     assert again.returncode == 0, again.stderr
     assert "ppo.pt is finished (iteration 40 of 40)" in (out / "logs" / "ppo__CartPole-v1__1.log").read_text()
 
-    printed = subprocess.run(
-        [sys.executable, str(ROOT / "benchmark" / "report.py"), str(out), "--out", str(tmp_path / "report"), "--reps", "500"],
-        capture_output=True,
-        text=True,
-    )
+    printed = report_cli(capsys, [out, "--out", tmp_path / "report", "--reps", "500"])
     assert printed.returncode == 0, printed.stderr
     groups = report.collect(out)
     assert sorted(groups) == [("Acrobot-v1", "ppo"), ("CartPole-v1", "ppo")]
