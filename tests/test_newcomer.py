@@ -3,6 +3,7 @@ TensorBoard directory, the messages that name a fix, CleanRL's --upload-model, a
 The run-management layer is the same in all four scripts (tests/test_drift.py), so most of this runs ppo.py only."""
 
 import ast
+import importlib
 import itertools
 import json
 import os
@@ -170,13 +171,23 @@ def fake_hub(folder, fail_with=None):
     return {"PYTHONPATH": os.pathsep.join([str(folder), python_path()])}
 
 
-def test_upload_model_pushes_the_model_its_evaluation_and_a_card(tmp_path):
+def hub_here(monkeypatch, folder, fail_with=None):
+    """fake_hub's stand-in as this process imports it, for a run in this process: what `import huggingface_hub` gives."""
+    fake_hub(folder, fail_with)
+    monkeypatch.syspath_prepend(str(folder))
+    monkeypatch.delitem(sys.modules, "huggingface_hub", raising=False)
+    monkeypatch.setitem(sys.modules, "huggingface_hub", importlib.import_module("huggingface_hub"))
+
+
+def test_upload_model_pushes_the_model_its_evaluation_and_a_card(tmp_path, monkeypatch, capsys):
     """--upload-model, up to the upload call (huggingface_hub stood in for): the folder it pushes holds the model file,
-    the TensorBoard log and a model card with the evaluation; the repository is CleanRL's name under --hf-entity."""
-    env = fake_hub(tmp_path / "hub")
+    the TensorBoard log and a model card with the evaluation; the repository is CleanRL's name under --hf-entity. The run
+    in this process (its evaluation is a process of its own all the same)."""
+    hub_here(monkeypatch, tmp_path / "hub")
     argv = [*QUICK, "--total-timesteps", "64", "--save-model", "--upload-model", "--hf-entity", "me", "--eval-episodes", "2"]
-    result = cli("ppo.py", *argv, cwd=tmp_path, env=env)
-    assert result.returncode == 0, result.stderr
+    capsys.readouterr()
+    run("ppo.py", *argv, cwd=tmp_path)
+    stdout = capsys.readouterr().out
     calls = json.loads((tmp_path / "hub" / "calls.json").read_text())
     assert [name for name, _, _ in calls] == ["create_repo", "upload_folder"]
     assert calls[0][1] == ["me/CartPole-v1-ppo-seed1"] and calls[1][2]["repo_id"] == "me/CartPole-v1-ppo-seed1"
@@ -185,22 +196,24 @@ def test_upload_model_pushes_the_model_its_evaluation_and_a_card(tmp_path):
     assert "ppo.cleanrl_model" in names and any(n.startswith("events.out.tfevents.") for n in names)
     card = (folder / "README.md").read_text()
     assert re.search(r"^eval: 2 episodes \(sampled\), return [\d.]+ ± [\d.]+$", card, re.M)
-    assert "uploaded to https://huggingface.co/me/CartPole-v1-ppo-seed1" in result.stdout
+    assert "uploaded to https://huggingface.co/me/CartPole-v1-ppo-seed1" in stdout
 
 
-def test_upload_model_without_the_package_or_the_network_says_which(tmp_path):
+def test_upload_model_without_the_package_or_the_network_says_which(tmp_path, monkeypatch):
     """Without huggingface_hub: one line before anything runs; without the network: one line after the run, which
-    keeps its model and the folder it would have pushed."""
+    keeps its model and the folder it would have pushed. Both in this process (error_of: one line, exit status 1)."""
     shadow = tmp_path / "shadow" / "huggingface_hub"
     shadow.mkdir(parents=True)
     (shadow / "__init__.py").write_text("raise ImportError('not installed')\n")
     argv = [*QUICK, "--total-timesteps", "32", "--save-model", "--upload-model"]
-    missing = cli("ppo.py", *argv, cwd=tmp_path, env={"PYTHONPATH": os.pathsep.join([str(shadow.parent), python_path()])})
-    assert missing.returncode == 1 and missing.stderr.strip().endswith("pip install huggingface_hub")
+    with monkeypatch.context() as m:
+        m.syspath_prepend(str(shadow.parent))
+        m.delitem(sys.modules, "huggingface_hub", raising=False)
+        assert error_of("ppo.py", *argv, cwd=tmp_path).endswith("pip install huggingface_hub")
     assert not (tmp_path / "runs").exists()
-    offline = cli("ppo.py", *argv, cwd=tmp_path, env=fake_hub(tmp_path / "hub", fail_with="ConnectionError"))
-    assert offline.returncode == 1 and len(offline.stderr.strip().splitlines()) == 1
-    assert "the upload to CartPole-v1-ppo-seed1 failed (ConnectionError: Failed to resolve" in offline.stderr
+    hub_here(monkeypatch, tmp_path / "hub", fail_with="ConnectionError")
+    offline = error_of("ppo.py", *argv, cwd=tmp_path)
+    assert "the upload to CartPole-v1-ppo-seed1 failed (ConnectionError: Failed to resolve" in offline
     assert checkpoint_path(tmp_path).with_suffix(".cleanrl_model").exists()
 
 
