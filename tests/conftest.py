@@ -1,8 +1,21 @@
+import os
 import signal
 import sys
 from pathlib import Path
 
-import pytest
+# One torch thread in every process of the suite unless OMP_NUM_THREADS says otherwise (benchmark/tools/kernel_levels.sh
+# runs tests at 2): this process, the scripts it starts (subprocesses, torchrun's and tests/distributed.py's workers
+# inherit the variable) and the runs in it. ppo.py, ppo_rnn.py and ppo_continuous_action.py set one thread themselves;
+# ppo_atari.py takes torch's default, one per core, and under pytest -n auto every worker runs beside the others: two
+# ppo_atari.py runs of two threads each on 2 cores spin for each other's cores (a run of 40 iterations took 250 s beside
+# another, 19 s at one thread each). One count everywhere also makes ppo_atari.py's convolutions round the same in a
+# subprocess and in this process (docs/exactness.md). `nproc` counts OMP_NUM_THREADS too (tests/slurm/start.sh).
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # read when torch is imported: before any test module imports it
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))  # where a plugin imported torch before this file
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import gymnasium as gym
 import torch
+import torch._dynamo  # noqa: F401  (the scripts import it as their group starts: 2 s a process, once in the server here)
 import torch.multiprocessing as mp
 
 from tests.helpers import STEP_CLASS, STEP_METHOD, run
@@ -121,8 +122,8 @@ def run_distributed(script: str, argv, cwd, world_size: int = 2, stop=None, argv
     out = Path(cwd) / "records"
     out.mkdir(parents=True, exist_ok=True)
     argvs = argvs or [list(argv)] * world_size
-    # forked from a server that imported torch, gymnasium and ale-py once (and ran nothing): a fresh interpreter each, as
-    # with "spawn", without each paying those imports again (about 2 s a process on a 2-core machine)
+    # forked from a server that imported torch (torch._dynamo too), gymnasium and ale-py once (and ran nothing): a fresh
+    # interpreter each, as with "spawn", without each paying those imports again (about 2 s each a process on 2 cores)
     multiprocessing.set_forkserver_preload(["tests.distributed"])
     mp.start_processes(
         _worker,

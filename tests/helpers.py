@@ -7,6 +7,7 @@ import runpy
 import signal
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -218,3 +219,22 @@ def popen_interruptible(argv: list, **kwargs) -> subprocess.Popen:
         return subprocess.Popen(argv, **kwargs)
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def report_cli(capsys, argv: list) -> types.SimpleNamespace:
+    """benchmark/report.py's command line, run in this process (no fresh interpreter importing matplotlib and rliable each
+    time): its exit status, stdout and stderr, as subprocess.run would give them."""
+    if str(ROOT / "benchmark") not in sys.path:
+        sys.path.insert(0, str(ROOT / "benchmark"))
+    import report
+
+    capsys.readouterr()
+    try:
+        report.main([str(arg) for arg in argv])
+        code = 0
+    except SystemExit as stop:
+        code = stop.code
+    out, err = capsys.readouterr()
+    if isinstance(code, str):  # SystemExit("error: ..."): printed to stderr, status 1
+        err, code = err + code + "\n", 1
+    return types.SimpleNamespace(returncode=code or 0, stdout=out, stderr=err)

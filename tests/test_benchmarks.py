@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from tests.helpers import ROOT, TINY
+from tests.helpers import ROOT, TINY, run
 
 sys.path.insert(0, str(ROOT / "benchmark"))
 import report  # noqa: E402
@@ -142,7 +142,7 @@ def test_sweep_fresh_starts_each_log_empty_and_stops_at_an_earlier_run(tmp_path)
     assert log.read_text() == FINISHED
 
 
-def test_a_benchmark_script_takes_out_and_passes_flags_after_its_own(tmp_path):
+def test_a_benchmark_script_takes_out_and_passes_flags_after_its_own(tmp_path, capsys):
     """OUT=... bash benchmark/ppo.sh FLAGS (a copy of benchmark/, so nothing here writes into the repository): nine
     runs under OUT with FLAGS after the script's own, then the report of OUT, its title naming FLAGS; the later
     --total-timesteps wins."""
@@ -173,13 +173,11 @@ def test_a_benchmark_script_takes_out_and_passes_flags_after_its_own(tmp_path):
         f"{' '.join(flags)} --out {out}/report"
     )
     assert sorted(p.name for p in (out / "logs").iterdir()) == sorted(f"ppo__{e}__{s}.log" for e in envs for s in (1, 2, 3))
-    # the run as ppo.py parses it: the later flag wins (tyro), 64 steps of 32 a batch
+    # the run as ppo.py parses it (in this process): the later flag wins (tyro), 64 steps of 32 a batch
     argv = runs[0].split()[1:]
-    ran = subprocess.run(
-        [sys.executable, str(ROOT / "ppo.py"), *argv], cwd=tmp_path, capture_output=True, text=True, timeout=300
-    )
-    assert ran.returncode == 0, ran.stderr
-    assert re.findall(r"^iter (\d+/\d+) step (\d+)", ran.stdout, re.M)[-1] == ("2/2", "64")
+    capsys.readouterr()
+    run("ppo.py", *argv, cwd=tmp_path)
+    assert re.findall(r"^iter (\d+/\d+) step (\d+)", capsys.readouterr().out, re.M)[-1] == ("2/2", "64")
 
 
 def test_report_reads_run_logs_and_passes_over_other_logs(tmp_path):

@@ -3,6 +3,7 @@ TensorBoard directory, the messages that name a fix, CleanRL's --upload-model, a
 The run-management layer is the same in all four scripts (tests/test_drift.py), so most of this runs ppo.py only."""
 
 import ast
+import importlib
 import itertools
 import json
 import os
@@ -27,7 +28,7 @@ def progress(out: str) -> list:
 def test_a_finished_checkpoint_resumes_to_one_line_and_writes_nothing(tmp_path):
     """`--resume` of a run at its last iteration: one line that says so and how to train further, exit 0, and the run
     directory as it was (no new TensorBoard file, no lock file written again)."""
-    assert cli("ppo.py", *QUICK, "--total-timesteps", "64", "--save-model", cwd=tmp_path).returncode == 0
+    run("ppo.py", *QUICK, "--total-timesteps", "64", "--save-model", cwd=tmp_path)  # in this process: the run to resume
     path = checkpoint_path(tmp_path)
     before = {p.name: p.stat().st_mtime_ns for p in path.parent.iterdir()}
     again = cli("ppo.py", "--resume", str(path), "--no-cuda", cwd=tmp_path)
@@ -58,7 +59,7 @@ def test_a_run_dir_holding_another_run_is_refused(tmp_path):
     """--run-dir of another experiment's events or checkpoint: one line, nothing written; a restart by --resume auto
     before its first checkpoint may log on over its own dead run's events."""
     run_dir = tmp_path / "shared"
-    assert cli("ppo.py", *QUICK, "--total-timesteps", "32", "--run-dir", str(run_dir), cwd=tmp_path).returncode == 0
+    run("ppo.py", *QUICK, "--total-timesteps", "32", "--run-dir", str(run_dir), cwd=tmp_path)
     (events,) = [p.name for p in run_dir.iterdir() if p.name.startswith("events.out.tfevents.")]
     message = error_of("ppo.py", *QUICK, "--run-dir", str(run_dir), "--exp-name", "other", cwd=tmp_path)
     assert f"holds another run's {events}" in message and "another --run-dir" in message
@@ -80,7 +81,7 @@ def test_default_run_dirs_do_not_collide_within_one_second(tmp_path, monkeypatch
 
 def test_resume_of_a_directory_takes_its_checkpoint(tmp_path, capsys):
     """--resume DIR continues the one checkpoint in it; a directory without one names what it holds."""
-    assert cli("ppo.py", *QUICK, "--total-timesteps", "32", "--save-model", cwd=tmp_path).returncode == 0
+    run("ppo.py", *QUICK, "--total-timesteps", "32", "--save-model", cwd=tmp_path)
     path = checkpoint_path(tmp_path)
     resumed = run("ppo.py", "--resume", str(path.parent), "--total-timesteps", "64", cwd=tmp_path)
     assert resumed["args"].resume == str(path) and resumed["global_step"] == 64
@@ -109,20 +110,20 @@ def test_ppo_rnn_minibatch_error_names_num_envs_and_values_that_work(tmp_path):
     assert "--num-envs 6 into --num-minibatches 4" in message and message.endswith("try 3 or 6")
 
 
-def test_total_timesteps_that_is_not_whole_batches_is_rounded_with_a_notice(tmp_path):
+def test_total_timesteps_that_is_not_whole_batches_is_rounded_with_a_notice(tmp_path, capsys):
     """20 steps of 2 envs x 16: one iteration, 32 steps, said once; the progress line counts seconds and one episode."""
-    result = cli("ppo.py", *QUICK, "--total-timesteps", "70", cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
-    notices = [line for line in result.stdout.splitlines() if "--total-timesteps 70" in line]
+    run("ppo.py", *QUICK, "--total-timesteps", "70", cwd=tmp_path)
+    stdout = capsys.readouterr().out
+    notices = [line for line in stdout.splitlines() if "--total-timesteps 70" in line]
     assert len(notices) == 1 and "64 steps are trained" in notices[0]
-    assert "2 iterations" in result.stdout and re.search(r"ETA \d+ s$", result.stdout.splitlines()[-2])
+    assert "2 iterations" in stdout and re.search(r"ETA \d+ s$", stdout.splitlines()[-2])
 
 
-def test_singular_nouns(tmp_path):
+def test_singular_nouns(tmp_path, capsys):
     """One iteration and one episode are said in the singular, in the sizes line and the progress line."""
     argv = ["--num-envs", "1", "--num-steps", "64", "--num-minibatches", "2", "--total-timesteps", "64", "--no-cuda"]
-    result = cli("ppo.py", *argv, cwd=tmp_path)
-    assert ", 1 iteration, cpu" in result.stdout
+    run("ppo.py", *argv, cwd=tmp_path)
+    assert ", 1 iteration, cpu" in capsys.readouterr().out
     plural = load("ppo.py").plural
     assert (plural(1, "episode"), plural(0, "episode"), plural(2, "episode")) == ("1 episode", "0 episodes", "2 episodes")
 
@@ -170,13 +171,23 @@ def fake_hub(folder, fail_with=None):
     return {"PYTHONPATH": os.pathsep.join([str(folder), python_path()])}
 
 
-def test_upload_model_pushes_the_model_its_evaluation_and_a_card(tmp_path):
+def hub_here(monkeypatch, folder, fail_with=None):
+    """fake_hub's stand-in as this process imports it, for a run in this process: what `import huggingface_hub` gives."""
+    fake_hub(folder, fail_with)
+    monkeypatch.syspath_prepend(str(folder))
+    monkeypatch.delitem(sys.modules, "huggingface_hub", raising=False)
+    monkeypatch.setitem(sys.modules, "huggingface_hub", importlib.import_module("huggingface_hub"))
+
+
+def test_upload_model_pushes_the_model_its_evaluation_and_a_card(tmp_path, monkeypatch, capsys):
     """--upload-model, up to the upload call (huggingface_hub stood in for): the folder it pushes holds the model file,
-    the TensorBoard log and a model card with the evaluation; the repository is CleanRL's name under --hf-entity."""
-    env = fake_hub(tmp_path / "hub")
+    the TensorBoard log and a model card with the evaluation; the repository is CleanRL's name under --hf-entity. The run
+    in this process (its evaluation is a process of its own all the same)."""
+    hub_here(monkeypatch, tmp_path / "hub")
     argv = [*QUICK, "--total-timesteps", "64", "--save-model", "--upload-model", "--hf-entity", "me", "--eval-episodes", "2"]
-    result = cli("ppo.py", *argv, cwd=tmp_path, env=env)
-    assert result.returncode == 0, result.stderr
+    capsys.readouterr()
+    run("ppo.py", *argv, cwd=tmp_path)
+    stdout = capsys.readouterr().out
     calls = json.loads((tmp_path / "hub" / "calls.json").read_text())
     assert [name for name, _, _ in calls] == ["create_repo", "upload_folder"]
     assert calls[0][1] == ["me/CartPole-v1-ppo-seed1"] and calls[1][2]["repo_id"] == "me/CartPole-v1-ppo-seed1"
@@ -185,29 +196,31 @@ def test_upload_model_pushes_the_model_its_evaluation_and_a_card(tmp_path):
     assert "ppo.cleanrl_model" in names and any(n.startswith("events.out.tfevents.") for n in names)
     card = (folder / "README.md").read_text()
     assert re.search(r"^eval: 2 episodes \(sampled\), return [\d.]+ ± [\d.]+$", card, re.M)
-    assert "uploaded to https://huggingface.co/me/CartPole-v1-ppo-seed1" in result.stdout
+    assert "uploaded to https://huggingface.co/me/CartPole-v1-ppo-seed1" in stdout
 
 
-def test_upload_model_without_the_package_or_the_network_says_which(tmp_path):
+def test_upload_model_without_the_package_or_the_network_says_which(tmp_path, monkeypatch):
     """Without huggingface_hub: one line before anything runs; without the network: one line after the run, which
-    keeps its model and the folder it would have pushed."""
+    keeps its model and the folder it would have pushed. Both in this process (error_of: one line, exit status 1)."""
     shadow = tmp_path / "shadow" / "huggingface_hub"
     shadow.mkdir(parents=True)
     (shadow / "__init__.py").write_text("raise ImportError('not installed')\n")
     argv = [*QUICK, "--total-timesteps", "32", "--save-model", "--upload-model"]
-    missing = cli("ppo.py", *argv, cwd=tmp_path, env={"PYTHONPATH": os.pathsep.join([str(shadow.parent), python_path()])})
-    assert missing.returncode == 1 and missing.stderr.strip().endswith("pip install huggingface_hub")
+    with monkeypatch.context() as m:
+        m.syspath_prepend(str(shadow.parent))
+        m.delitem(sys.modules, "huggingface_hub", raising=False)
+        assert error_of("ppo.py", *argv, cwd=tmp_path).endswith("pip install huggingface_hub")
     assert not (tmp_path / "runs").exists()
-    offline = cli("ppo.py", *argv, cwd=tmp_path, env=fake_hub(tmp_path / "hub", fail_with="ConnectionError"))
-    assert offline.returncode == 1 and len(offline.stderr.strip().splitlines()) == 1
-    assert "the upload to CartPole-v1-ppo-seed1 failed (ConnectionError: Failed to resolve" in offline.stderr
+    hub_here(monkeypatch, tmp_path / "hub", fail_with="ConnectionError")
+    offline = error_of("ppo.py", *argv, cwd=tmp_path)
+    assert "the upload to CartPole-v1-ppo-seed1 failed (ConnectionError: Failed to resolve" in offline
     assert checkpoint_path(tmp_path).with_suffix(".cleanrl_model").exists()
 
 
 def test_the_model_file_loads_as_weights_only_and_is_evaluated_without_the_trust_notice(tmp_path, capsys):
     """{exp_name}.cleanrl_model: tensors and plain values, read by torch.load(weights_only=True); --eval-checkpoint reads it
     that way and says nothing about trust, which a .pt checkpoint (a pickle) keeps; --resume of it points at the .pt."""
-    assert cli("ppo.py", *QUICK, "--total-timesteps", "32", "--save-model", cwd=tmp_path).returncode == 0
+    run("ppo.py", *QUICK, "--total-timesteps", "32", "--save-model", cwd=tmp_path)
     path = checkpoint_path(tmp_path)
     model = torch.load(path.with_suffix(".cleanrl_model"), weights_only=True)
     assert model["agent"].keys() == torch.load(path, weights_only=False)["agent"].keys() and "optimizer" not in model
@@ -222,7 +235,7 @@ def test_the_model_file_loads_as_weights_only_and_is_evaluated_without_the_trust
 def test_continuous_model_file_keeps_its_normalization_statistics(tmp_path):
     """Unlike CleanRL's, the continuous model file carries the observation and return statistics evaluation needs."""
     argv = [*QUICK, "--env-id", "InvertedPendulum-v5", "--total-timesteps", "32", "--save-model"]
-    assert cli("ppo_continuous_action.py", *argv, cwd=tmp_path).returncode == 0
+    run("ppo_continuous_action.py", *argv, cwd=tmp_path)
     path = checkpoint_path(tmp_path)
     model = torch.load(path.with_suffix(".cleanrl_model"), weights_only=True)["ranks"][0]["wrapper"]
     saved = torch.load(path, weights_only=False)["ranks"][0]["wrapper"]

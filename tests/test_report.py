@@ -4,12 +4,11 @@ import re
 import shutil
 import subprocess
 import sys
-import types
 
 import numpy as np
 from torch.utils.tensorboard import SummaryWriter
 
-from tests.helpers import ROOT, TINY, run
+from tests.helpers import ROOT, TINY, report_cli, run
 
 sys.path.insert(0, str(ROOT / "benchmark"))
 import report  # noqa: E402
@@ -20,21 +19,6 @@ def by_task(table: str) -> dict:
     lines = [line for line in table.splitlines() if line.startswith("|")]
     head, *rows = ([cell.strip() for cell in line.strip("|").split("|")] for line in lines[:1] + lines[2:])
     return {tuple(cells[:2]): dict(zip(head, cells, strict=True)) for cells in rows}
-
-
-def report_cli(capsys, argv: list) -> types.SimpleNamespace:
-    """report.py's command line, run in this process (no fresh interpreter importing matplotlib and rliable each time):
-    its exit status, stdout and stderr, as subprocess.run would give them."""
-    capsys.readouterr()
-    try:
-        report.main([str(arg) for arg in argv])
-        code = 0
-    except SystemExit as stop:
-        code = stop.code
-    out, err = capsys.readouterr()
-    if isinstance(code, str):  # SystemExit("error: ..."): printed to stderr, status 1
-        err, code = err + code + "\n", 1
-    return types.SimpleNamespace(returncode=code or 0, stdout=out, stderr=err)
 
 
 def fake_run(steps: np.ndarray, returns: np.ndarray) -> dict:

@@ -16,7 +16,6 @@ from tests.helpers import (
     TINY,
     VARIANTS,
     checkpoint_path,
-    cli,
     error_of,
     load,
     params,
@@ -116,8 +115,9 @@ def test_computed_fields_are_not_flags(flag, tmp_path, capsys):
     with pytest.raises(SystemExit):
         tyro.cli(load("ppo.py").Args, args=["--help"])
     assert flag not in capsys.readouterr().out
-    result = cli("ppo.py", flag, "1024", cwd=tmp_path)
-    assert result.returncode == 2 and flag in result.stderr and not (tmp_path / "runs").exists()  # tyro's words, not ours
+    with pytest.raises(SystemExit) as stop:  # in this process: the exit status is the SystemExit's code
+        run("ppo.py", flag, "1024", cwd=tmp_path)
+    assert stop.value.code == 2 and flag in capsys.readouterr().err and not (tmp_path / "runs").exists()  # tyro's, not ours
 
 
 @pytest.mark.parametrize("script", SCRIPTS)

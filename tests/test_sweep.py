@@ -1,6 +1,7 @@
 """benchmark/sweep.py (submitit) and report.py's statistics (rliable): a local sweep, bad input, known numbers, and a
 real single-node Slurm cluster (tests/slurm/start.sh) where a requeued or signalled job resumes exactly."""
 
+import argparse
 import os
 import re
 import shutil
@@ -14,10 +15,11 @@ import pytest
 import scipy.stats
 import torch
 
-from tests.helpers import ROOT, TINY, python_path
+from tests.helpers import ROOT, TINY, python_path, report_cli, run
 
 sys.path.insert(0, str(ROOT / "benchmark"))
 import report  # noqa: E402
+import sweep as sweep_py  # noqa: E402
 
 SWEEP = [sys.executable, str(ROOT / "benchmark" / "sweep.py")]
 ENV = {**os.environ, "PYTHONPATH": python_path(), "WANDB_MODE": "offline"}
@@ -32,7 +34,7 @@ def agent_of(checkpoint: Path) -> dict:
     return ckpt["global_step"], ckpt["agent"]
 
 
-def test_local_sweep_runs_every_run_and_the_report_gives_each_group_an_iqm(tmp_path):
+def test_local_sweep_runs_every_run_and_the_report_gives_each_group_an_iqm(tmp_path, capsys):
     out = tmp_path / "sweep"
     argv = ["--env-ids", "CartPole-v1", "Acrobot-v1", "--seeds", "1", "2", "--out", str(out), "--jobs", "2"]
     result = sweep("ppo.py", *argv, "--", *TINY, "--total-timesteps", "1280", "--no-cuda")
@@ -49,11 +51,7 @@ def test_local_sweep_runs_every_run_and_the_report_gives_each_group_an_iqm(tmp_p
     assert again.returncode == 0, again.stderr
     assert "ppo.pt is finished (iteration 40 of 40)" in (out / "logs" / "ppo__CartPole-v1__1.log").read_text()
 
-    printed = subprocess.run(
-        [sys.executable, str(ROOT / "benchmark" / "report.py"), str(out), "--out", str(tmp_path / "report"), "--reps", "500"],
-        capture_output=True,
-        text=True,
-    )
+    printed = report_cli(capsys, [out, "--out", tmp_path / "report", "--reps", "500"])
     assert printed.returncode == 0, printed.stderr
     groups = report.collect(out)
     assert sorted(groups) == [("Acrobot-v1", "ppo"), ("CartPole-v1", "ppo")]
@@ -228,9 +226,11 @@ def test_slurm_sweep_requeued_and_preempted_jobs_resume_exactly(slurm, tmp_path)
         "REQUEUED",
         "REQUEUED",
     ], accounted
-    # the same runs, never stopped, on this machine
-    done = sweep(*common, "--out", str(reference), *script_args)
-    assert done.returncode == 0, done.stderr
+    # the same runs, never stopped, in this process: each run's command as the sweep plans it (what the jobs ran)
+    planned = argparse.Namespace(out=reference, env_ids=["CartPole-v1"], seeds=[1, 2], script="ppo.py", tag=None, fresh=True)
+    for _, _, planned_run in sweep_py.plan(planned, "ppo", script_args[1:]):
+        assert planned_run.command[1] == str(ROOT / "ppo.py")
+        run("ppo.py", *planned_run.command[2:], cwd=ROOT)  # cwd: the jobs' (sweep.Run)
     for seed in (1, 2):
         step, agent = agent_of(out / "runs" / f"CartPole-v1__ppo__{seed}__sweep" / "ppo.pt")
         ref_step, ref_agent = agent_of(reference / "runs" / f"CartPole-v1__ppo__{seed}__sweep" / "ppo.pt")

@@ -6,7 +6,7 @@
 set -euo pipefail
 dir=$(realpath -m "$1")
 mkdir -p "$dir"/{state,spool,mysql,run}
-cpus=$(nproc)
+cpus=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)  # the machine's CPUs: nproc counts OMP_NUM_THREADS's (conftest.py's 1)
 pass=ppo-test-$RANDOM$RANDOM
 
 # munge: the key the package installed, on its usual socket (/run/munge)
