@@ -221,16 +221,12 @@ def popen_interruptible(argv: list, **kwargs) -> subprocess.Popen:
         signal.signal(signal.SIGINT, previous)
 
 
-def report_cli(capsys, argv: list) -> types.SimpleNamespace:
-    """benchmark/report.py's command line, run in this process (no fresh interpreter importing matplotlib and rliable each
-    time): its exit status, stdout and stderr, as subprocess.run would give them."""
-    if str(ROOT / "benchmark") not in sys.path:
-        sys.path.insert(0, str(ROOT / "benchmark"))
-    import report
-
+def main_in_process(capsys, main, argv: list) -> types.SimpleNamespace:
+    """A tool's main(argv) run in this process (no fresh interpreter importing its libraries): its exit status, stdout and
+    stderr, as subprocess.run would give them."""
     capsys.readouterr()
     try:
-        report.main([str(arg) for arg in argv])
+        main([str(arg) for arg in argv])
         code = 0
     except SystemExit as stop:
         code = stop.code
@@ -238,3 +234,12 @@ def report_cli(capsys, argv: list) -> types.SimpleNamespace:
     if isinstance(code, str):  # SystemExit("error: ..."): printed to stderr, status 1
         err, code = err + code + "\n", 1
     return types.SimpleNamespace(returncode=code or 0, stdout=out, stderr=err)
+
+
+def report_cli(capsys, argv: list) -> types.SimpleNamespace:
+    """benchmark/report.py's command line, run in this process (main_in_process): matplotlib and rliable imported once."""
+    if str(ROOT / "benchmark") not in sys.path:
+        sys.path.insert(0, str(ROOT / "benchmark"))
+    import report
+
+    return main_in_process(capsys, report.main, argv)
