@@ -147,8 +147,8 @@ def test_cli_smoke_logs_every_tag_and_video_then_evaluates(script, tmp_path, cap
     """One run with every output on (one subprocess: each start imports torch afresh): progress lines, every
     TensorBoard tag, a video, the checkpoint (--track's offline wandb run, run-management code the same in all four, is
     test_distributed.py's NaN test's). Its checkpoint then evaluates, in this process: the same seed plays the same
-    episodes, with a video recorded or not (an untrained greedy Hopper stands for a hundred steps: its video would take
-    seconds), and a greedy evaluation plays its own."""
+    episodes, with a video recorded or not (a greedy one is not recorded: an untrained greedy Hopper stands for a
+    hundred steps, whose video would take seconds), and a greedy evaluation plays its own."""
     env = ["--env-id", SMOKE_ENV[script]]
     argv = [*env, *TINY, "--total-timesteps", "640", "--capture-video", "--save-model"]
     result = cli(script, *argv, cwd=tmp_path, env={"WANDB_MODE": "offline"})

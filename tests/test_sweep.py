@@ -172,7 +172,7 @@ def earlier_instance_gone(env, job: str) -> bool:
 
 def test_slurm_sweep_requeued_and_preempted_jobs_resume_exactly(slurm, tmp_path):
     out, reference = tmp_path / "sweep", tmp_path / "reference"
-    script_args = ["--", "--num-envs", "2", "--num-steps", "64", "--total-timesteps", "14080", "--no-cuda"]  # 110 iterations
+    script_args = ["--", "--num-envs", "2", "--num-steps", "64", "--total-timesteps", "6400", "--no-cuda"]  # 50 iterations
     common = ["ppo.py", "--env-ids", "CartPole-v1", "--seeds", "1", "2", "--cpus", "1", "--time", "10"]
     assert (
         "no partition 'nope'"
@@ -186,17 +186,21 @@ def test_slurm_sweep_requeued_and_preempted_jobs_resume_exactly(slurm, tmp_path)
         env=slurm,
         cwd=ROOT,
     )
-    logs = [out / "logs" / f"ppo__CartPole-v1__{seed}.log" for seed in (1, 2)]
-    deadline = time.time() + 120
-    while not all(log.exists() and "iter 30/" in log.read_text() for log in logs):
+    logs = [out / "logs" / f"ppo__CartPole-v1__{seed}.log" for seed in (1, 2)]  # array tasks 0 and 1 (the sweep's order)
+    stop = [
+        ["scontrol", "requeue"],  # task 0, as an admin or a preemption does: SIGTERM, then requeued
+        ["scancel", "--signal=USR2"],  # task 1: submitit's signal before a time limit
+    ]
+    deadline, array, stopped = time.time() + 120, None, set()
+    while len(stopped) < 2:  # each task stopped as soon as its own log shows iteration 10: neither waits for the other
         assert time.time() < deadline and proc.poll() is None, "the jobs did not start"
+        for task, log in enumerate(logs):
+            if task not in stopped and log.exists() and "iter 10/" in log.read_text():
+                array = array or next(p.name for p in (out / "submitit").iterdir() if (p / f"{p.name}_submission.sh").exists())
+                subprocess.run([*stop[task], f"{array}_{task}"], check=True, env=slurm)
+                stopped.add(task)
         time.sleep(0.2)
-    array = next(p.name for p in (out / "submitit").iterdir() if (p / f"{p.name}_submission.sh").exists())
     first, second = f"{array}_0", f"{array}_1"
-    subprocess.run(
-        ["scontrol", "requeue", first], check=True, env=slurm
-    )  # as an admin or a preemption does: SIGTERM, then requeued
-    subprocess.run(["scancel", "--signal=USR2", second], check=True, env=slurm)  # submitit's signal before a time limit
     requeued, held_since = set(), {}
     while proc.poll() is None:  # Slurm holds a requeued job for two minutes: release it as soon as that is safe
         for job in (first, second):
@@ -238,7 +242,7 @@ def test_slurm_sweep_requeued_and_preempted_jobs_resume_exactly(slurm, tmp_path)
     for seed in (1, 2):
         step, agent = agent_of(out / "runs" / f"CartPole-v1__ppo__{seed}__sweep" / "ppo.pt")
         ref_step, ref_agent = agent_of(reference / "runs" / f"CartPole-v1__ppo__{seed}__sweep" / "ppo.pt")
-        assert step == ref_step == 14080
+        assert step == ref_step == 6400
         assert all(torch.equal(agent[k], ref_agent[k]) for k in agent)
     groups = report.collect(out)
     assert sorted(groups[("CartPole-v1", "ppo")]) == [1, 2]
