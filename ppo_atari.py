@@ -123,7 +123,7 @@ class Args:
     bootstrap_truncation: bool = True
     """bootstrap gamma * V(final_obs) at time-limit truncations (off: treat them as termination)"""
     native_envs: bool = True
-    """step the games in ale-py's C++ vector env (off: make_env's wrappers, which resume exactly)"""
+    """ale-py's C++ vector env (off: make_env's wrappers, which resume exactly)"""
     env_groups: int = 0
     """native envs step in this many groups, one while the policy acts for another (0: auto)"""
 
@@ -168,16 +168,16 @@ class LastScreens(gym.Wrapper):
 
 
 class EpisodicLife(gym.Wrapper):
-    """A lost life ends the episode, not the game: the new life's first steps (a no-op, then the
-    serve: FIRE and 2) are played unseen, as in ale-py's vector env. Each game is logged once."""
+    """A lost life ends the episode, not the game; the new life's no-op and serve (FIRE, then 2)
+    are played unseen, as CleanRL's wrappers play them. Each game is logged once."""
 
     def __init__(self, env: gym.Env):
         super().__init__(env)
         self.serve_actions = (1, 2) if env.unwrapped.get_action_meanings()[1] == "FIRE" else ()
-        self.next_life = None  # (obs, info) for reset() to return after a lost life
+        self.next_life = None  # (obs, info): what reset() returns after a lost life
 
     def play_unseen(self, actions: tuple, obs, info) -> tuple:
-        """Steps the agent does not see: (the last obs, its info, whether the game ended)."""
+        """Steps the agent does not see: (last obs, its info, whether the game ended)."""
         for action in actions:
             obs, reward, terminated, truncated, info = self.env.step(action)
             self.score += reward
@@ -227,11 +227,11 @@ class EpisodicLife(gym.Wrapper):
 
 
 class NativeAtari(gym.vector.VectorEnv):
-    """ale-py's AtariVectorEnv (C++ threads), as make_env plays but for the serve, which the agent
-    sees and which plays FIRE (`serves`). send(actions, g) starts group g, recv(g) waits for it."""
+    """ale-py's AtariVectorEnv (C++ threads), played as make_env's envs but for the serve: the
+    agent sees it, and FIRE is played. send(actions, g) starts group g, recv(g) waits for it."""
 
     def __init__(self, env_id: str, num_envs: int, groups: int, video: Optional[str]):
-        kwargs = gym.spec(env_id.split(":")[-1]).kwargs  # "module:Game-v4": check_env imported it
+        kwargs = gym.spec(env_id.split(":")[-1]).kwargs  # "module:Game-v4": already imported
         skip = kwargs.get("frameskip", 4)  # NoFrameskip: 1; skip 4 here, max of the last two
         size = num_envs // groups
         cores = len(os.sched_getaffinity(0)) // int(os.environ.get("LOCAL_WORLD_SIZE", 1))
@@ -251,7 +251,7 @@ class NativeAtari(gym.vector.VectorEnv):
         game = kwargs["game"]
         self.vector_envs = [ale_py.AtariVectorEnv(game, size, **settings) for _ in range(groups)]
         self.parts = [slice(g * size, (g + 1) * size) for g in range(groups)]
-        # video: a twin of env 0 in colour, fed the same seed and actions
+        # the video: a twin of env 0 in colour, fed its seed and actions
         colour = dict(img_height=210, img_width=160, grayscale=False, stack_num=1, num_threads=1)
         self.twin = ale_py.AtariVectorEnv(game, 1, **{**settings, **colour}) if video else None
         self.video = video
@@ -270,11 +270,11 @@ class NativeAtari(gym.vector.VectorEnv):
             out.append(env.reset(seed=None if seeds is None else seeds[part]))
         obs = np.concatenate([obs for obs, _ in out])
         infos = {key: np.concatenate([info[key] for _, info in out]) for key in out[0][1]}
-        self.returns = np.zeros(self.num_envs)  # each env's game so far: raw score, steps
+        self.returns = np.zeros(self.num_envs)  # each env's game so far: score, steps
         self.lengths = np.zeros(self.num_envs, dtype=np.int64)
         self.frames = infos["episode_frame_number"]
-        self.serves = np.zeros(self.num_envs, dtype=bool)  # each env's next step is a serve
-        if self.twin:  # the clip: the twin's frames of env 0's game in progress
+        self.serves = np.zeros(self.num_envs, dtype=bool)  # next step a serve
+        if self.twin:  # the frames of env 0's game so far
             first_frame, _ = self.twin.reset(seed=None if seeds is None else seeds[:1])
             self.clip = [first_frame[0, 0]]
         return obs, infos
@@ -291,7 +291,7 @@ class NativeAtari(gym.vector.VectorEnv):
         part = self.parts[group]
         self.returns[part] += rewards
         self.lengths[part] += 1
-        # a game ended where the frame count fell (not the lives: bonus lives; nor terminations)
+        # a game ended where the frame count fell (not where the lives did: bonus lives)
         game_over = truncations | (infos["episode_frame_number"] < self.frames[part])
         self.frames[part] = infos["episode_frame_number"]
         self.serves[part] = terminations & ~game_over & self.fire
@@ -300,25 +300,21 @@ class NativeAtari(gym.vector.VectorEnv):
             infos["final_info"] = {"episode": episodes, "_episode": game_over}
             self.returns[part][game_over] = 0
             self.lengths[part][game_over] = 0
-        if self.twin and group == 0 and game_over[0]:
-            self.save_video()
+        if self.twin and group == 0 and game_over[0]:  # as RecordVideo: games 0, 1, 8, 27...
+            save_video = importlib.import_module("gymnasium.utils.save_video").save_video
+            save_video(self.clip, self.video, fps=15, name_prefix="game", episode_index=self.games)
+            self.clip = self.clip[-1:]  # the new game's first frame
+            self.games += 1
         return obs, np.sign(rewards).astype(np.float64), terminations, truncations, infos
-
-    def save_video(self):
-        """Env 0's game just over, where RecordVideo would record one (games 0, 1, 8, 27...)."""
-        save_video = importlib.import_module("gymnasium.utils.save_video").save_video
-        save_video(self.clip, self.video, fps=15, name_prefix="game", episode_index=self.games)
-        self.clip = self.clip[-1:]  # the new game's first frame
-        self.games += 1
 
 
 class WrapperEnvs(gym.vector.SyncVectorEnv):
-    """make_env's envs, stepped as NativeAtari's one group: send(actions), then recv()."""
+    """make_env's envs, stepped as NativeAtari's one group."""
 
     parts = [slice(None)]
 
     @property
-    def serves(self) -> np.ndarray:  # EpisodicLife serves in steps the agent never sees
+    def serves(self) -> np.ndarray:  # EpisodicLife serves unseen
         return np.zeros(self.num_envs, dtype=bool)
 
     def send(self, actions: np.ndarray, group: int = 0):
@@ -334,7 +330,7 @@ def make_vector_env(args: Args, num_envs: int, rank: int) -> gym.vector.VectorEn
     video = args.capture_video and rank == 0
     run_name = os.path.basename(args.run_dir)
     if args.native_envs:
-        # on a GPU, the policy acts for one group while the other steps
+        # on a GPU the policy acts for one group while the other steps
         two_groups = args.cuda and torch.cuda.is_available() and num_envs % 2 == 0
         groups = min(args.env_groups or (2 if two_groups else 1), num_envs)
         return NativeAtari(args.env_id, num_envs, groups, f"videos/{run_name}" if video else None)
@@ -353,8 +349,7 @@ def check_env(args: Args):
         fail(f"the module of env id {env_id!r} does not import ({e.__cause__ or e})")
     env.close()
     if not isinstance(env.unwrapped, ale_py.AtariEnv):
-        other = "ppo.py (or ppo_continuous_action.py for continuous actions)"
-        fail(f"{env_id} is not an Atari game; use {other}")
+        fail(f"{env_id} is not an Atari game; use ppo.py or ppo_continuous_action.py")
     kwargs = env.spec.kwargs
     random_skip = not isinstance(kwargs.get("frameskip", 4), int)
     if args.native_envs and (random_skip or {"mode", "difficulty"} & kwargs.keys()):
@@ -387,10 +382,10 @@ class Agent(nn.Module):
             layer_init(nn.Linear(64 * 7 * 7, 512)),
             nn.ReLU(),
         )
-        # the actor made before the critic, as in CleanRL's: the same initial parameters
+        # the actor first, as in CleanRL's: the same initial parameters
         self.actor = layer_init(nn.Linear(512, envs.single_action_space.n), std=0.01)
         self.critic = layer_init(nn.Linear(512, 1), std=1.0)
-        self.to(memory_format=torch.channels_last)  # faster convolutions on CPU, kept by .to()
+        self.to(memory_format=torch.channels_last)  # faster convolutions on CPU
 
     def get_value(self, x: torch.Tensor) -> torch.Tensor:
         return self.critic(self.network(x / 255.0)).squeeze(-1)  # (B,); pixels scaled to [0, 1]
@@ -479,7 +474,7 @@ def update_minibatch(args: Args, agent: Agent, optimizer: optim.Optimizer, minib
     assert newlogprob.shape == newvalue.shape == mb_returns.shape  # (minibatch,): no broadcasting
     logratio = newlogprob - mb_logprobs
     ratio = logratio.exp()
-    # a serve played FIRE, not the sampled action: the policy's terms skip it, the value's keep it
+    # a serve played FIRE, not the sampled action: the policy's terms skip it
     kept = 1.0 - mb_serves
 
     with torch.no_grad():
@@ -495,7 +490,7 @@ def update_minibatch(args: Args, agent: Agent, optimizer: optim.Optimizer, minib
         mb_mean, mb_std = whole_mean_std(mb_advantages)
         mb_advantages = (mb_advantages - mb_mean) / (mb_std + 1e-8)
 
-    # the mean over the kept rows: their advantages over the kept fraction, the others' zeroed
+    # the mean over the kept rows: their advantages over the kept fraction, the others 0
     kept_advantages = mb_advantages * kept / kept.mean().clamp(min=1.0 / len(kept))
     pg_loss = policy_loss(kept_advantages, ratio, args.clip_coef)
     v_clip = args.clip_coef if args.clip_vloss else None
