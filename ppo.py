@@ -284,7 +284,7 @@ def update_minibatch(args: Args, agent: Agent, optimizer: optim.Optimizer, minib
         old_approx_kl = all_mean((-logratio).mean())
         approx_kl = all_mean(((ratio - 1) - logratio).mean())
         clipfrac = ((ratio - 1.0).abs() > args.clip_coef).float().mean()
-    # checked before each step (CleanRL: after each epoch); a branch no CUDA graph records
+    # checked before each step (CleanRL: after each epoch); a branch CUDA graphs cannot record
     if args.target_kl is not None and approx_kl > args.target_kl:
         return None
 

@@ -205,7 +205,7 @@ class EpisodicLife(gym.Wrapper):
     def reset(self, **kwargs):
         start = self.next_life
         self.next_life = None
-        # a new game (another, unlogged, should its serve run into a time limit)
+        # a new game; another (unseeded, unlogged) where its serve runs into the time limit
         while start is None:
             self.score = 0.0
             self.length = 0
@@ -227,14 +227,17 @@ class EpisodicLife(gym.Wrapper):
 
 
 class NativeAtari(gym.vector.VectorEnv):
-    """ale-py's AtariVectorEnv (C++ threads), played as make_env's envs but for the serve: the
-    agent sees it, and FIRE is played. send(actions, g) starts group g, recv(g) waits for it."""
+    """ale-py's AtariVectorEnv (C++ threads), played as make_env's envs but for a new life's first
+    step (its serve): the agent sees it, FIRE is played, and the policy's loss leaves it out.
+    send(actions, g) starts group g, recv(g) waits for it."""
 
     def __init__(self, env_id: str, num_envs: int, groups: int, video: Optional[str]):
-        kwargs = gym.spec(env_id.split(":")[-1]).kwargs  # "module:Game-v4": already imported
+        kwargs = gym.spec(env_id.split(":")[-1]).kwargs  # "module:Game-v4": gym.make imported it
         skip = kwargs.get("frameskip", 4)  # NoFrameskip: 1; skip 4 here, max of the last two
         size = num_envs // groups
-        cores = len(os.sched_getaffinity(0)) // int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+        affinity = getattr(os, "sched_getaffinity", None)  # Linux's; macOS and Windows: all cores
+        cores = len(affinity(0)) if affinity else os.cpu_count()
+        cores //= int(os.environ.get("LOCAL_WORLD_SIZE", 1))  # each torchrun process's share
         settings = dict(
             frameskip=4 if skip == 1 else skip,
             maxpool=skip == 1,
@@ -482,7 +485,7 @@ def update_minibatch(args: Args, agent: Agent, optimizer: optim.Optimizer, minib
         old_approx_kl = all_mean(mean_over(-logratio, kept))
         approx_kl = all_mean(mean_over((ratio - 1) - logratio, kept))
         clipfrac = mean_over(((ratio - 1.0).abs() > args.clip_coef).float(), kept)
-    # checked before each step (CleanRL: after each epoch); a branch no CUDA graph records
+    # checked before each step (CleanRL: after each epoch); a branch CUDA graphs cannot record
     if args.target_kl is not None and approx_kl > args.target_kl:
         return None
 
@@ -490,7 +493,7 @@ def update_minibatch(args: Args, agent: Agent, optimizer: optim.Optimizer, minib
         mb_mean, mb_std = whole_mean_std(mb_advantages)
         mb_advantages = (mb_advantages - mb_mean) / (mb_std + 1e-8)
 
-    # the mean over the kept rows: their advantages over the kept fraction, the others 0
+    # the mean over the kept rows (the surrogate scales with positive weights on advantages)
     kept_advantages = mb_advantages * kept / kept.mean().clamp(min=1.0 / len(kept))
     pg_loss = policy_loss(kept_advantages, ratio, args.clip_coef)
     v_clip = args.clip_coef if args.clip_vloss else None
@@ -1293,7 +1296,8 @@ if __name__ == "__main__":
                 set_learning_rate(optimizer, frac * args.learning_rate)
 
             # ROLLOUT
-            # a group steps while the policy acts for the others: received just before its next send
+            # a group steps while the policy acts for the others; receive() stores its step (reward,
+            # next_obs, next_done) before the group's next send, the last step's after the loop
             for step in range(0, args.num_steps):
                 global_step += args.num_envs
                 for group, part in enumerate(envs.parts):

@@ -45,10 +45,13 @@ from gymnasium.envs.mujoco.mujoco_env import MujocoEnv
 from gymnasium.wrappers.utils import RunningMeanStd
 from torch.utils.tensorboard import SummaryWriter
 
-# MuJoCo 4 warns of a deprecated attribute at every HalfCheetah load: not shown
-mujoco.set_mju_user_warning(
-    lambda msg: None if "settotalmass" in msg else print(f"MuJoCo: {msg}", file=sys.stderr)
-)
+
+def mujoco_warning(message: str):
+    if "settotalmass" not in message:  # deprecated: MuJoCo 4 warns at every HalfCheetah load
+        print(f"MuJoCo: {message}", file=sys.stderr)
+
+
+mujoco.set_mju_user_warning(mujoco_warning)
 if importlib.util.find_spec("shimmy"):  # the DeepMind Control Suite's dm_control/* ids
     if not os.environ.get("DISPLAY"):  # headless: EGL, which dm_control picks on import
         os.environ.setdefault("MUJOCO_GL", "egl")
@@ -384,7 +387,7 @@ def update_minibatch(args: Args, agent: Agent, optimizer: optim.Optimizer, minib
         old_approx_kl = all_mean((-logratio).mean())
         approx_kl = all_mean(((ratio - 1) - logratio).mean())
         clipfrac = ((ratio - 1.0).abs() > args.clip_coef).float().mean()
-    # checked before each step (CleanRL: after each epoch); a branch no CUDA graph records
+    # checked before each step (CleanRL: after each epoch); a branch CUDA graphs cannot record
     if args.target_kl is not None and approx_kl > args.target_kl:
         return None
 

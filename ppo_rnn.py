@@ -159,14 +159,14 @@ MASKED = {
     "AcrobotNoVel-v1": ("Acrobot-v1", [0, 1, 2, 3]),
 }
 for masked_id, (full_id, keep) in MASKED.items():
-    # anew at each %run: a checkpoint pickles its classes
+    # anew at each %run: envs of the last run's classes do not pickle
     gym.registry.pop(masked_id, None)
     gym.register(masked_id, entry_point=make_masked, kwargs={"env_id": full_id, "keep": keep})
 
 
 class MemoryCue(gym.Env):
     """A cue (one-hot) in the first observation, `length - 1` blank ones, then the question (last
-    entry 1): +1 for the cue's index, else -1, and the end. Memoryless: 0 on average."""
+    entry 1): +1 for the cue's index, else -1, and the end. Guessing earns 2 / num_cues - 1."""
 
     def __init__(self, length: int = 10, num_cues: int = 2):
         if length < 1 or num_cues < 2:
@@ -334,8 +334,8 @@ class Agent(nn.Module):
 
 
 def stretches(done: torch.Tensor) -> list:
-    """(begin, end) of the stretches of a (T, B) rollout with no episode start after their first
-    step: a cell call each, as a call a step up to rounding (recording a CUDA graph: step each)."""
+    """(begin, end) of each stretch of a (T, B) rollout with no episode start after its first step:
+    one cell call per stretch, a call per step up to rounding (recording a CUDA graph: per step)."""
     if done.is_cuda and torch.cuda.is_current_stream_capturing():
         starts = list(range(len(done) + 1))
     else:
@@ -417,7 +417,7 @@ def update_minibatch(args: Args, agent: Agent, optimizer: optim.Optimizer, minib
         old_approx_kl = all_mean((-logratio).mean())
         approx_kl = all_mean(((ratio - 1) - logratio).mean())
         clipfrac = ((ratio - 1.0).abs() > args.clip_coef).float().mean()
-    # checked before each step (CleanRL: after each epoch); a branch no CUDA graph records
+    # checked before each step (CleanRL: after each epoch); a branch CUDA graphs cannot record
     if args.target_kl is not None and approx_kl > args.target_kl:
         return None
 
@@ -1218,7 +1218,7 @@ if __name__ == "__main__":
                 set_learning_rate(optimizer, frac * args.learning_rate)
 
             # ROLLOUT
-            # replayed by the update (a copy: CUDA graphs overwrite their outputs)
+            # copied: autograd cannot save an inference tensor, a CUDA graph overwrites outputs
             initial_rnn_state = tuple(s.clone() for s in next_rnn_state)
             for step in range(0, args.num_steps):
                 global_step += args.num_envs
