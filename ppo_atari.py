@@ -1302,9 +1302,8 @@ if __name__ == "__main__":
                 global_step += args.num_envs
                 for group, part in enumerate(envs.parts):
                     if step > 0:  # this group's previous step
-                        infos = receive(
-                            args, agent, envs, group, rewards[step - 1], next_obs, next_done
-                        )
+                        row = rewards[step - 1]
+                        infos = receive(args, agent, envs, group, row, next_obs, next_done)
                         finished.extend(ended_episodes(infos, global_step - args.num_envs))
                     obs[step, part] = next_obs[part]
                     dones[step, part] = next_done[part]

@@ -391,6 +391,30 @@ def test_native_v5_ids_skip_in_the_emulator_with_sticky_actions():
     assert np.array_equal(play("BreakoutNoFrameskip-v4", 0), play("BreakoutNoFrameskip-v4", 1))
 
 
+def test_native_env_threads_are_the_cores_this_process_may_use(monkeypatch):
+    """ale-py's threads: the cores this process may use (os.sched_getaffinity, Linux's), else the machine's (macOS and
+    Windows have no sched_getaffinity), shared among torchrun's processes on the machine, at most one per env."""
+    module = load(SCRIPT)
+    threads = []
+
+    def make(game, num_envs, **kwargs):
+        threads.append(kwargs["num_threads"])
+        return AtariVectorEnv(game, num_envs, **{**kwargs, "num_threads": 1})
+
+    monkeypatch.setattr(ale_py, "AtariVectorEnv", make)
+    monkeypatch.setattr(module.os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
+    monkeypatch.setattr(module.os, "cpu_count", lambda: 12)
+    module.NativeAtari("BreakoutNoFrameskip-v4", 8, 1, None).close()
+    monkeypatch.delattr(module.os, "sched_getaffinity")
+    module.NativeAtari("BreakoutNoFrameskip-v4", 8, 1, None).close()
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    module.NativeAtari("BreakoutNoFrameskip-v4", 8, 2, None).close()
+    module.NativeAtari("BreakoutNoFrameskip-v4", 2, 1, None).close()
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "24")  # more processes than cores: one thread each
+    module.NativeAtari("BreakoutNoFrameskip-v4", 2, 1, None).close()
+    assert threads == [3, 8, 3, 3, 2, 1]
+
+
 def test_native_env_refuses_ids_it_cannot_play(tmp_path):
     assert "--no-native-envs" in error_of(SCRIPT, "--env-id", "Breakout-v4", cwd=tmp_path)  # frame skip drawn from 2-4
     assert not (tmp_path / "runs").exists()
