@@ -817,8 +817,8 @@ def unplain(value, like):
 def eval_summary(args: Args, envs, returns: list) -> str:
     """An evaluation's line (gymnasium's recorder stopped first: no partial video)."""
     how = "greedy" if args.eval_greedy else "sampled"
-    mean, std = np.mean(returns), np.std(returns)
-    summary = f"eval: {plural(len(returns), 'episode')} ({how}), return {mean:.2f} ± {std:.2f}"
+    episodes = plural(len(returns), "episode")
+    summary = f"eval: {episodes} ({how}), return {np.mean(returns):.2f} ± {np.std(returns):.2f}"
     if not args.capture_video:
         return summary
     if hasattr(envs, "envs"):
@@ -934,8 +934,12 @@ def start_run(args: Args, rank: int, device: torch.device, ckpt: Optional[dict])
     print(sizes)
     if args.track:
         wandb = importlib.import_module("wandb")
-        project, entity = args.wandb_project_name, args.wandb_entity
-        wandb.init(project=project, entity=entity, sync_tensorboard=True, config=vars(args))
+        wandb.init(
+            project=args.wandb_project_name,
+            entity=args.wandb_entity,
+            sync_tensorboard=True,
+            config=vars(args),
+        )
     # a full disk kills TensorBoard's thread: quietly here, the next write says it in one line
     threading.excepthook = functools.partial(quiet_writer_thread, run.excepthook)
     # a resumed run logs on in its directory: TensorBoard hides what came after the checkpoint
@@ -1027,8 +1031,8 @@ def plural(count: int, noun: str) -> str:
 
 
 def divergence_error(args: Args, run, stats: dict, iteration: int) -> str:
-    loss, grad_norm = stats["loss"], stats["grad_norm"]
-    error = f"the loss became {loss} (gradient norm {grad_norm}) at iteration {iteration}"
+    loss = stats["loss"]
+    error = f"the loss became {loss} (gradient norm {stats['grad_norm']}) at iteration {iteration}"
     if run.saved is None:
         return error
     return f"{error}; {args.run_dir}/{args.exp_name}.pt keeps iteration {run.saved}"
@@ -1041,7 +1045,8 @@ def end_of_iteration(args: Args, run, agent, optimizer, envs, step: int, i: int,
     if dist.is_initialized():  # every process stops and saves where any one does
         due = torch.tensor([signum, save_due])
         dist.all_reduce(due, op=dist.ReduceOp.MAX)  # a CPU tensor: gloo, no device sync
-        signum, save_due = int(due[0]), bool(due[1])
+        signum = int(due[0])
+        save_due = bool(due[1])
     last = i == args.num_iterations
     saved = f", saved to {args.run_dir}/{args.exp_name}.pt" if args.save_model else ""
     if args.save_model and (signum or save_due or last):
