@@ -475,7 +475,7 @@ def check_args(args: Args):
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # no display: no XDG_RUNTIME_DIR error
         need("moviepy", "--capture-video")
     if args.upload_model and not args.save_model:
-        fail("--upload-model pushes what --save-model saves: add --save-model")
+        fail("--upload-model pushes what --save-model saves; add --save-model")
     if args.upload_model:
         need("huggingface_hub", "--upload-model")
     check_env(args)
@@ -490,9 +490,10 @@ def check_args(args: Args):
     steps = args.total_timesteps
     if args.eval_checkpoint is None and steps < batch_size:
         fail(f"--total-timesteps {steps} is less than one batch ({batch})")
-    if steps % batch_size and not (args.eval_checkpoint or args.resume) and RANK == 0:
+    if steps % batch_size and not (args.eval_checkpoint or args.resume):
         whole = steps - steps % batch_size
-        print(f"notice: --total-timesteps {steps} is not whole batches: {whole} steps are trained")
+        rounded = f"not a multiple of the batch ({batch}): {whole} steps are trained"
+        notice(f"--total-timesteps {steps} is {rounded}")
     if args.num_envs % WORLD_SIZE or batch_size // WORLD_SIZE % minibatches:  # each steps a share
         split = f"{WORLD_SIZE} processes of whole minibatches"
         unit = WORLD_SIZE * minibatches // math.gcd(minibatches, args.num_steps)  # of --num-envs
@@ -501,6 +502,11 @@ def check_args(args: Args):
         fail(f"--num-envs {args.num_envs} does not split into {split}; try --num-envs {fits}")
     if args.cuda_graphs and (args.target_kl is not None or WORLD_SIZE > 1):
         fail("--cuda-graphs records the whole minibatch step: no --target-kl, no torchrun")
+
+
+def notice(message: str):
+    if RANK == 0:
+        print(f"notice: {message}")
 
 
 def need(package: str, flag: str):
@@ -546,8 +552,8 @@ def start_up(args: Args) -> tuple:
         fail(str(error).removeprefix("error: "))
     if cuda:
         torch.cuda.set_device(device)
-    elif args.cuda and RANK == 0:
-        print("notice: CUDA is not available, running on CPU")
+    elif args.cuda:
+        notice("CUDA is not available, running on CPU")
     if args.run_dir is None:
         env_name = args.env_id.replace("/", "_")
         args.run_dir = f"runs/{env_name}__{args.exp_name}__{args.seed}__{int(time.time())}"
@@ -631,9 +637,9 @@ def from_checkpoint(args: Args) -> Optional[dict]:
         defaults = asdict(Args())
         saved.update({n: defaults[n] for n in MAY_CHANGE_ON_RESUME if n in defaults})
         saved["run_dir"] = f"{ckpt['args']['run_dir']}-eval"  # its videos apart from training's
-    if args.eval_checkpoint and not model_file and RANK == 0:
+    if args.eval_checkpoint and not model_file:
         safe = f"{ckpt['args']['exp_name']}.cleanrl_model, beside it, loads without running any"
-        print(f"notice: a .pt checkpoint is a pickle, which can run code as it loads; {safe}")
+        notice(f"a .pt checkpoint is a pickle, which can run code as it loads; {safe}")
     given = tyro.cli(Args, default=Args(**saved))  # the command line again, over the saved settings
     differ = [n for n in saved if n not in MAY_CHANGE_ON_RESUME and getattr(given, n) != saved[n]]
     if args.resume and given.total_timesteps > saved["total_timesteps"]:
@@ -716,8 +722,8 @@ def save_checkpoint(args: Args, run, agent, optimizer, envs, step: int, iteratio
         env_state = pickle.dumps(envs.envs)  # the sub-envs mid-episode, with their RNGs
     except (pickle.PicklingError, TypeError, AttributeError) as e:
         env_state = None  # no sub-envs (a C++ vector env), a video recorder, a lambda in an env
-        if run.saved is None and RANK == 0:
-            print(f"notice: the envs do not pickle ({e}): a resume starts new episodes")
+        if run.saved is None:
+            notice(f"the envs do not pickle ({e}): a resume starts new episodes")
     rng = dict(python=random.getstate(), numpy=np.random.get_state(), torch=torch.get_rng_state())
     rng["cuda"] = torch.cuda.get_rng_state() if carry[0].is_cuda else None
     wrapper = {name: getattr(envs, name) for name in getattr(envs, "checkpointed", ())}
@@ -771,8 +777,7 @@ def restore(args: Args, ckpt: Optional[dict], rank: int, agent, optimizer, envs,
     else:  # new episodes, from seeds this run has not played
         obs, _ = envs.reset(seed=args.seed + ckpt["global_step"] + rank * envs.num_envs)
         carry = (torch.as_tensor(obs).to(carry[0]), *carry[1:])
-        if rank == 0:
-            print("notice: the checkpoint holds no env state: new episodes start")
+        notice("the checkpoint holds no env state: new episodes start")
     rng = own["rng"]
     random.setstate(rng["python"])
     np.random.set_state(rng["numpy"])
@@ -1057,9 +1062,9 @@ def make_optimizer(args: Args, agent: nn.Module, device: torch.device) -> optim.
     """Adam (eps 1e-5, as ppo2); --cuda-graphs: fused, capturable, its learning rate a tensor."""
     graphs = args.cuda_graphs and device.type == "cuda"
     if args.cuda_graphs and not graphs:
-        print("notice: --cuda-graphs needs CUDA; on the CPU everything runs eagerly")
+        notice("--cuda-graphs needs CUDA; on the CPU everything runs eagerly")
     if device.type == "cuda" and not (graphs or args.target_kl or dist.is_initialized()):
-        print("notice: eager CUDA ran 1.7-4.0x slower than --cuda-graphs on an H200")
+        notice("eager CUDA ran 1.7-4.0x slower than --cuda-graphs on an H200")
     if not graphs:
         return optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, foreach=True)
     lr = torch.tensor(args.learning_rate, device=device)
