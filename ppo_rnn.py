@@ -508,17 +508,13 @@ def check_args(args: Args):
             fail(f"{flag} must be non-negative, got {value}")
         if name in ("gamma", "gae_lambda") and not 0 <= value <= 1:
             fail(f"{flag} must be in [0, 1], got {value}")
-    if args.capture_video and importlib.util.find_spec("moviepy") is None:
-        fail("--capture-video needs moviepy, which is not installed; pip install moviepy")
-    if args.capture_video:  # frames need no display: else SDL may print an XDG_RUNTIME_DIR error
-        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    if args.capture_video:
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # no display: no XDG_RUNTIME_DIR error
+        need("moviepy", "--capture-video")
     if args.upload_model and not args.save_model:
         fail("--upload-model pushes what --save-model saves; add --save-model")
     if args.upload_model:
-        try:
-            importlib.import_module("huggingface_hub")
-        except ImportError as e:
-            fail(f"--upload-model needs huggingface_hub ({e}); pip install huggingface_hub")
+        need("huggingface_hub", "--upload-model")
     check_env(args)
     batch_size = args.num_envs * args.num_steps
     batch = f"num_envs * num_steps = {batch_size}"
@@ -528,12 +524,13 @@ def check_args(args: Args):
         fail(f"{batch} is not divisible by --num-minibatches {minibatches}; try {fits} of them")
     if args.norm_adv and batch_size // minibatches < 2:
         fail("a minibatch of 1 sample cannot normalize advantages; use fewer --num-minibatches")
-    if args.eval_checkpoint is None and args.total_timesteps < batch_size:
-        fail(f"--total-timesteps {args.total_timesteps} is less than one batch ({batch})")
-    whole = args.total_timesteps // batch_size * batch_size
-    if not (args.eval_checkpoint or args.resume) and whole != args.total_timesteps and RANK == 0:
+    steps = args.total_timesteps
+    if args.eval_checkpoint is None and steps < batch_size:
+        fail(f"--total-timesteps {steps} is less than one batch ({batch})")
+    if steps % batch_size and not (args.eval_checkpoint or args.resume):
+        whole = steps - steps % batch_size
         rounded = f"not a multiple of the batch ({batch}): {whole} steps are trained"
-        print(f"notice: --total-timesteps {args.total_timesteps} is {rounded}")
+        notice(f"--total-timesteps {steps} is {rounded}")
     if args.num_envs % WORLD_SIZE or batch_size // WORLD_SIZE % minibatches:  # each steps a share
         split = f"{WORLD_SIZE} processes of whole minibatches"
         unit = WORLD_SIZE * minibatches // math.gcd(minibatches, args.num_steps)  # of --num-envs
@@ -544,6 +541,18 @@ def check_args(args: Args):
         fail("--cuda-graphs records the whole minibatch step: no --target-kl, no torchrun")
 
 
+def notice(message: str):
+    if RANK == 0:
+        print(f"notice: {message}")
+
+
+def need(package: str, flag: str):
+    try:
+        importlib.import_module(package)
+    except ImportError as e:
+        fail(f"{flag} needs {package} ({e}); pip install {package}")
+
+
 def divisors_near(n: int, to: int) -> list:
     below = [d for d in range(1, to) if n % d == 0][-1:]
     above = [d for d in range(to + 1, n + 1) if n % d == 0][:1]
@@ -552,19 +561,21 @@ def divisors_near(n: int, to: int) -> list:
 
 def start_up(args: Args) -> tuple:
     """Checks, the checkpoint's settings into args, torchrun: (rank, world_size, device, ckpt)."""
-    ckpt, error = None, None
+    ckpt = None
+    error = None
     try:
         ckpt = from_checkpoint(args)
         check_args(args)
     except SystemExit as stop:
         error = stop.code
-    if error is None and args.resume:  # a finished run: nothing to do, nothing written
+    if error is None and args.resume:
         batch_size = args.num_envs * args.num_steps
         last = args.total_timesteps // batch_size
-        further = f"--total-timesteps {(last + 1) * batch_size} or more trains it further"
-        if ckpt["iteration"] >= last and RANK == 0:
-            print(f"{args.resume} is finished (iteration {ckpt['iteration']} of {last}); {further}")
-        if ckpt["iteration"] >= last:
+        done = ckpt["iteration"]
+        if done >= last:  # nothing to do, nothing written
+            further = f"--total-timesteps {(last + 1) * batch_size} or more trains it further"
+            if RANK == 0:
+                print(f"{args.resume} is finished (iteration {done} of {last}); {further}")
             raise SystemExit(0)
     cuda = args.cuda and torch.cuda.is_available()
     gpus = torch.cuda.device_count() if cuda else 0
@@ -578,8 +589,8 @@ def start_up(args: Args) -> tuple:
         fail(str(error).removeprefix("error: "))
     if cuda:
         torch.cuda.set_device(device)
-    elif args.cuda and RANK == 0:
-        print("notice: CUDA is not available, running on CPU")
+    elif args.cuda:
+        notice("CUDA is not available, running on CPU")
     if args.run_dir is None:
         env_name = args.env_id.replace("/", "_")
         args.run_dir = f"runs/{env_name}__{args.exp_name}__{args.seed}__{int(time.time())}"
@@ -621,15 +632,16 @@ def start_process_group(args: Args, cuda: bool, error) -> Optional[str]:
 
 def from_checkpoint(args: Args) -> Optional[dict]:
     """The checkpoint of --resume or --eval-checkpoint (or None); its settings into args."""
-    model_path = f"{args.run_dir}/{args.exp_name}.pt"
     restart = args.resume == "auto"  # a restart of the same command line: its checkpoint, if any
     if restart and (args.run_dir is None or not args.save_model):
         fix = "pass --run-dir DIR and --save-model"
         fail(f"--resume auto continues the checkpoint in --run-dir: {fix}")
     if restart:
+        model_path = f"{args.run_dir}/{args.exp_name}.pt"
         args.resume = model_path if os.path.exists(model_path) else None
     if args.resume is None and args.eval_checkpoint is None:
         check_run_dir(args, restart)
+        return None
     if args.resume and os.path.isdir(args.resume) and not args.resume.endswith(".pt"):
         found = sorted(glob.glob(os.path.join(glob.escape(args.resume), "*.pt")))
         if len(found) != 1:
@@ -637,8 +649,6 @@ def from_checkpoint(args: Args) -> Optional[dict]:
             fail(f"--resume {args.resume!r} is a directory of {which}; pass the one to continue")
         args.resume = found[0]
     path = args.eval_checkpoint or args.resume
-    if path is None:
-        return None
     if not os.path.isfile(path):
         fail(f"checkpoint {path!r} is not a file; pass one that --save-model wrote")
     model_file = path.endswith(".cleanrl_model")  # tensors and plain values: safe from anyone
@@ -655,8 +665,7 @@ def from_checkpoint(args: Args) -> Optional[dict]:
         parts |= {"optimizer", "global_step", "iteration"}
     whole = isinstance(ckpt, dict) and parts <= ckpt.keys()
     if not whole or ckpt["format"] != CHECKPOINT_FORMAT:
-        fix = "pass one its --save-model wrote"
-        fail(f"{path!r} is not a whole checkpoint of this {SCRIPT}; {fix}")
+        fail(f"{path!r} is not a whole checkpoint of this {SCRIPT}; pass one --save-model wrote")
     if args.resume and len(ckpt["ranks"]) != WORLD_SIZE:
         saved_by = len(ckpt["ranks"])
         fail(f"{path!r} was saved by {saved_by} process(es), not {WORLD_SIZE}; start as many")
@@ -665,9 +674,9 @@ def from_checkpoint(args: Args) -> Optional[dict]:
         defaults = asdict(Args())
         saved.update({n: defaults[n] for n in MAY_CHANGE_ON_RESUME if n in defaults})
         saved["run_dir"] = f"{ckpt['args']['run_dir']}-eval"  # its videos apart from training's
-    if args.eval_checkpoint and not model_file and RANK == 0:
+    if args.eval_checkpoint and not model_file:
         safe = f"{ckpt['args']['exp_name']}.cleanrl_model, beside it, loads without running any"
-        print(f"notice: a .pt checkpoint is a pickle, which can run code as it loads; {safe}")
+        notice(f"a .pt checkpoint is a pickle, which can run code as it loads; {safe}")
     given = tyro.cli(Args, default=Args(**saved))  # the command line again, over the saved settings
     differ = [n for n in saved if n not in MAY_CHANGE_ON_RESUME and getattr(given, n) != saved[n]]
     if args.resume and given.total_timesteps > saved["total_timesteps"]:
@@ -707,13 +716,17 @@ def load_agent(agent: nn.Module, envs, ckpt: dict, path: str, rank: int = 0):
 
 
 def plain(value):
-    """value, arrays as tensors and objects as dicts: what torch.load(weights_only=True) reads."""
+    """value as torch.load(weights_only=True) reads it: CPU tensors, dicts for objects."""
+    if isinstance(value, torch.Tensor):
+        return value.cpu()
     if isinstance(value, np.ndarray):
         return torch.from_numpy(value.copy())
     if isinstance(value, np.generic):
         return value.item()
+    if isinstance(value, dict):
+        return {key: plain(item) for key, item in value.items()}
     if hasattr(value, "__dict__"):  # gymnasium's RunningMeanStd
-        return {key: plain(item) for key, item in vars(value).items()}
+        return plain(vars(value))
     return value
 
 
@@ -730,8 +743,8 @@ def unplain(value, like):
 def eval_summary(args: Args, envs, returns: list) -> str:
     """An evaluation's line (gymnasium's recorder stopped first: no partial video)."""
     how = "greedy" if args.eval_greedy else "sampled"
-    mean, std = np.mean(returns), np.std(returns)
-    summary = f"eval: {plural(len(returns), 'episode')} ({how}), return {mean:.2f} ± {std:.2f}"
+    episodes = plural(len(returns), "episode")
+    summary = f"eval: {episodes} ({how}), return {np.mean(returns):.2f} ± {np.std(returns):.2f}"
     if not args.capture_video:
         return summary
     if hasattr(envs, "envs"):
@@ -740,16 +753,14 @@ def eval_summary(args: Args, envs, returns: list) -> str:
     return f"{summary}; videos in videos/{os.path.basename(args.run_dir)}/"
 
 
-def save_checkpoint(
-    args: Args, run, agent, optimizer, envs, global_step: int, iteration: int, carry
-):
+def save_checkpoint(args: Args, run, agent, optimizer, envs, step: int, iteration: int, carry):
     """Write what continuing after `iteration` needs (carry: what the loop carries), atomically."""
     try:
         env_state = pickle.dumps(envs.envs)  # the sub-envs mid-episode, with their RNGs
     except (pickle.PicklingError, TypeError, AttributeError) as e:
         env_state = None  # no sub-envs (a C++ vector env), a video recorder, a lambda in an env
-        if run.saved is None and RANK == 0:
-            print(f"notice: the envs do not pickle ({e}): a resume starts new episodes")
+        if run.saved is None:
+            notice(f"the envs do not pickle ({e}): a resume starts new episodes")
     rng = dict(python=random.getstate(), numpy=np.random.get_state(), torch=torch.get_rng_state())
     rng["cuda"] = torch.cuda.get_rng_state() if carry[0].is_cuda else None
     wrapper = {name: getattr(envs, name) for name in getattr(envs, "checkpointed", ())}
@@ -759,15 +770,14 @@ def save_checkpoint(
         return
     checkpoint = dict(format=CHECKPOINT_FORMAT, script=SCRIPT, ranks=ranks)
     checkpoint.update(args=asdict(args), agent=agent.state_dict(), optimizer=optimizer.state_dict())
-    checkpoint.update(global_step=global_step, iteration=iteration)
+    checkpoint.update(global_step=step, iteration=iteration)
     checkpoint["recent_returns"] = list(run.recent_returns)
     write_file(f"{args.run_dir}/{args.exp_name}.pt", checkpoint, iteration)
     run.saved = iteration
     # the model to share: loads with torch.load(weights_only=True), runs no code
     model = {key: checkpoint[key] for key in ("format", "script", "args", "global_step")}
-    model["agent"] = {name: tensor.cpu() for name, tensor in checkpoint["agent"].items()}
-    wrapper = {name: plain(value) for name, value in ranks[0]["wrapper"].items()}
-    model["ranks"] = [dict(wrapper=wrapper)]
+    model["agent"] = plain(checkpoint["agent"])
+    model["ranks"] = [dict(wrapper=plain(ranks[0]["wrapper"]))]
     write_file(f"{args.run_dir}/{args.exp_name}.cleanrl_model", model, iteration)
 
 
@@ -800,27 +810,26 @@ def restore(args: Args, ckpt: Optional[dict], rank: int, agent, optimizer, envs,
     load_optimizer(optimizer, ckpt["optimizer"])
     if own["envs"] is not None:
         envs.envs[:] = pickle.loads(own["envs"])
-        carry = walk(torch.Tensor.to, own["carry"], carry)  # each on its device
+        carry = walk(torch.Tensor.to, own["carry"], carry)
     else:  # new episodes, from seeds this run has not played
         obs, _ = envs.reset(seed=args.seed + ckpt["global_step"] + rank * envs.num_envs)
         carry = (torch.as_tensor(obs).to(carry[0]), *carry[1:])
-        if rank == 0:
-            print("notice: the checkpoint holds no env state: new episodes start")
-    random.setstate(own["rng"]["python"])
-    np.random.set_state(own["rng"]["numpy"])
-    torch.set_rng_state(own["rng"]["torch"])
-    if carry[0].is_cuda and own["rng"]["cuda"] is not None:
-        torch.cuda.set_rng_state(own["rng"]["cuda"])
+        notice("the checkpoint holds no env state: new episodes start")
+    rng = own["rng"]
+    random.setstate(rng["python"])
+    np.random.set_state(rng["numpy"])
+    torch.set_rng_state(rng["torch"])
+    if carry[0].is_cuda and rng["cuda"] is not None:
+        torch.cuda.set_rng_state(rng["cuda"])
     return ckpt["global_step"], ckpt["iteration"] + 1, carry
 
 
 def start_run(args: Args, rank: int, device: torch.device, ckpt: Optional[dict]) -> tuple:
     """Rank 0 locks --run-dir, opens TensorBoard and prints the sizes; signals are caught."""
     run = types.SimpleNamespace(lock=None, signals=[], saved=None, saved_at=time.time())
-    recent = ckpt.get("recent_returns", []) if ckpt else []
-    run.recent_returns = deque(recent, maxlen=100)
+    run.start_time = run.saved_at
     run.first_step = ckpt["global_step"] if ckpt else 0
-    run.start_time = time.time()
+    run.recent_returns = deque(ckpt.get("recent_returns", []) if ckpt else [], maxlen=100)
     try:
         if rank == 0:
             os.makedirs(args.run_dir, exist_ok=True)
@@ -850,8 +859,12 @@ def start_run(args: Args, rank: int, device: torch.device, ckpt: Optional[dict])
     print(sizes)
     if args.track:
         wandb = importlib.import_module("wandb")
-        project, entity = args.wandb_project_name, args.wandb_entity
-        wandb.init(project=project, entity=entity, sync_tensorboard=True, config=vars(args))
+        wandb.init(
+            project=args.wandb_project_name,
+            entity=args.wandb_entity,
+            sync_tensorboard=True,
+            config=vars(args),
+        )
     # a full disk kills TensorBoard's thread: quietly here, the next write says it in one line
     threading.excepthook = functools.partial(quiet_writer_thread, run.excepthook)
     # a resumed run logs on in its directory: TensorBoard hides what came after the checkpoint
@@ -943,8 +956,8 @@ def plural(count: int, noun: str) -> str:
 
 
 def divergence_error(args: Args, run, stats: dict, iteration: int) -> str:
-    loss, grad_norm = stats["loss"], stats["grad_norm"]
-    error = f"the loss became {loss} (gradient norm {grad_norm}) at iteration {iteration}"
+    loss = stats["loss"]
+    error = f"the loss became {loss} (gradient norm {stats['grad_norm']}) at iteration {iteration}"
     if run.saved is None:
         return error
     return f"{error}; {args.run_dir}/{args.exp_name}.pt keeps iteration {run.saved}"
@@ -957,7 +970,8 @@ def end_of_iteration(args: Args, run, agent, optimizer, envs, step: int, i: int,
     if dist.is_initialized():  # every process stops and saves where any one does
         due = torch.tensor([signum, save_due])
         dist.all_reduce(due, op=dist.ReduceOp.MAX)  # a CPU tensor: gloo, no device sync
-        signum, save_due = int(due[0]), bool(due[1])
+        signum = int(due[0])
+        save_due = bool(due[1])
     last = i == args.num_iterations
     saved = f", saved to {args.run_dir}/{args.exp_name}.pt" if args.save_model else ""
     if args.save_model and (signum or save_due or last):
@@ -1085,9 +1099,9 @@ def make_optimizer(args: Args, agent: nn.Module, device: torch.device) -> optim.
     """Adam (eps 1e-5, as ppo2); --cuda-graphs: fused, capturable, its learning rate a tensor."""
     graphs = args.cuda_graphs and device.type == "cuda"
     if args.cuda_graphs and not graphs:
-        print("notice: --cuda-graphs needs CUDA; on the CPU everything runs eagerly")
+        notice("--cuda-graphs needs CUDA; on the CPU everything runs eagerly")
     if device.type == "cuda" and not (graphs or args.target_kl or dist.is_initialized()):
-        print("notice: eager CUDA ran 1.7-4.0x slower than --cuda-graphs on an H200")
+        notice("eager CUDA ran 1.7-4.0x slower than --cuda-graphs on an H200")
     if not graphs:
         return optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, foreach=True)
     lr = torch.tensor(args.learning_rate, device=device)
@@ -1133,7 +1147,7 @@ class CudaGraph:
         self.graph = None
 
     def __call__(self, *args):
-        if self.graph is None and self.warmup > 0:
+        if self.warmup > 0:  # eager calls on a side stream first, as torch's docs ask
             self.warmup -= 1
             stream = torch.cuda.Stream()
             stream.wait_stream(torch.cuda.current_stream())
