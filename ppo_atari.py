@@ -352,7 +352,8 @@ def check_env(args: Args):
         fail(f"the module of env id {env_id!r} does not import ({e.__cause__ or e})")
     env.close()
     if not isinstance(env.unwrapped, ale_py.AtariEnv):
-        fail(f"{env_id} is not an Atari game; use ppo.py or ppo_continuous_action.py")
+        other = "ppo.py (or ppo_continuous_action.py for continuous actions)"
+        fail(f"{env_id} is not an Atari game; use {other}")
     kwargs = env.spec.kwargs
     random_skip = not isinstance(kwargs.get("frameskip", 4), int)
     if args.native_envs and (random_skip or {"mode", "difficulty"} & kwargs.keys()):
