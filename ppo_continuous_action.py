@@ -156,7 +156,7 @@ def make_env(env_id: str, idx: int, capture_video: bool, run_name: str):
         else:
             env = gym.make(env_id)
         env = MujocoState(env) if isinstance(env.unwrapped, MujocoEnv) else env
-        if env_id.startswith("dm_control/"):  # its Dict observations as one vector
+        if env_id.startswith("dm_control/"):
             env = flatten_dm_control(env)
         env = gym.wrappers.RecordEpisodeStatistics(env)
         return env
@@ -165,8 +165,8 @@ def make_env(env_id: str, idx: int, capture_video: bool, run_name: str):
 
 
 def flatten_dm_control(env: gym.Env) -> gym.Env:
-    """Dict observations as one vector, in an env that pickles whole (no lambda): exact resume."""
-    env.unwrapped.spec = None
+    """Dict observations as one vector, in an env that pickles whole: exact resume."""
+    env.unwrapped.spec = None  # its entry point, Shimmy's local function, does not pickle
     space = env.observation_space
     flatten = functools.partial(gym.spaces.flatten, space)
     return gym.wrappers.TransformObservation(env, flatten, gym.spaces.flatten_space(space))
@@ -230,7 +230,7 @@ class NormalizeVector(gym.vector.VectorWrapper):
             self.discounted_return = self.discounted_return * self.gamma + reward
             self.update(self.return_rms, self.discounted_return)
         self.discounted_return[terminations | truncations] = 0
-        # normalized too: the bootstrap's V(final_obs) sees what V sees
+        # normalized too: V(final_obs) sees what V sees
         for i in np.flatnonzero(infos.get("_final_obs", [])):
             infos["final_obs"][i] = self.normalize(infos["final_obs"][i])
         if self.norm_reward:
@@ -309,7 +309,7 @@ class Agent(nn.Module):
             with torch.no_grad():  # torch.normal's numbers, no host sync
                 action = action_mean + action_std * torch.randn_like(action_mean)
         log_std = action_std.log()
-        exponent = -((action - action_mean) ** 2) / (2 * action_std**2)  # the density's
+        exponent = -((action - action_mean) ** 2) / (2 * action_std**2)  # the density's exponent
         logprob = (exponent - log_std - math.log(math.sqrt(2 * math.pi))).sum(1)
         entropy = (0.5 + 0.5 * math.log(2 * math.pi) + log_std).sum(1)
         # (B, act_dim) action, unclipped; (B,) log-prob, entropy (sums over dims) and value
