@@ -276,7 +276,7 @@ class NativeAtari(gym.vector.VectorEnv):
         self.returns = np.zeros(self.num_envs)  # each env's game so far: score, steps
         self.lengths = np.zeros(self.num_envs, dtype=np.int64)
         self.frames = infos["episode_frame_number"]
-        self.serves = np.zeros(self.num_envs, dtype=bool)  # next step a serve
+        self.serves = np.zeros(self.num_envs, dtype=bool)  # each env: its next step a serve
         if self.twin:  # the frames of env 0's game so far
             first_frame, _ = self.twin.reset(seed=None if seeds is None else seeds[:1])
             self.clip = [first_frame[0, 0]]
