@@ -44,9 +44,12 @@ import gymnasium as gym
 import torch
 from torch.utils.tensorboard import SummaryWriter
 
-side, out, threads, float64_statistics, as_baselines, gymnasium_screen, default_format, script, *argv = sys.argv[1:]
-flags = (float64_statistics, as_baselines, gymnasium_screen, default_format)
-float64_statistics, as_baselines, gymnasium_screen, default_format = (flag == "1" for flag in flags)
+side, out, threads, switches, script, *argv = sys.argv[1:]
+switches = switches.split(",")  # the run-time changes asked for (run's `switches`)
+float64_statistics = "float64_statistics" in switches
+as_baselines = "as_baselines" in switches
+gymnasium_screen = "gymnasium_screen" in switches
+default_format = "default_format" in switches
 torch.set_num_threads(int(threads))
 if side == "cleanrl":
     make_sync = gym.vector.SyncVectorEnv.__init__
@@ -167,17 +170,9 @@ torch.save({"names": names, "initial": initial, "iterations": iterations, "episo
 """
 
 
-def run(
-    side: str,
-    script: Path,
-    argv: list,
-    threads: int,
-    workdir: Path,
-    float64=True,
-    as_baselines=False,
-    screen=False,
-    default_format=False,
-) -> dict:
+def run(side: str, script: Path, argv: list, threads: int, workdir: Path, switches: list) -> dict:
+    """One side's run; switches: the names of the driver's run-time changes to make (float64_statistics, as_baselines,
+    gymnasium_screen: CleanRL's side; default_format: ours)."""
     import torch
 
     workdir.mkdir(parents=True)
@@ -189,10 +184,7 @@ def run(
         side,
         str(out),
         str(threads),
-        str(int(float64)),
-        str(int(as_baselines)),
-        str(int(screen)),
-        str(int(default_format)),
+        ",".join(switches),
         str(script),
         *argv,
         "--no-cuda",
@@ -283,19 +275,15 @@ def main():
     if "--bootstrap-truncation" not in ours_extra:
         ours_extra = [*ours_extra, "--no-bootstrap-truncation"]
     with tempfile.TemporaryDirectory() as tmp:
-        theirs_dir, float64 = Path(tmp) / "cleanrl", not opts.float32_statistics
-        theirs = run(
-            "cleanrl",
-            theirs_path,
-            common,
-            opts.threads,
-            theirs_dir,
-            float64,
-            opts.as_baselines_vecnormalize,
-            opts.gymnasium_screen,
-        )
-        ours_dir, default_format = Path(tmp) / "ours", opts.default_memory_format
-        ours = run("ours", ROOT / opts.script, [*common, *ours_extra], opts.threads, ours_dir, default_format=default_format)
+        asked = {
+            "float64_statistics": not opts.float32_statistics,
+            "as_baselines": opts.as_baselines_vecnormalize,
+            "gymnasium_screen": opts.gymnasium_screen,
+        }
+        theirs_switches = [name for name, on in asked.items() if on]
+        ours_switches = ["default_format"] if opts.default_memory_format else []
+        theirs = run("cleanrl", theirs_path, common, opts.threads, Path(tmp) / "cleanrl", theirs_switches)
+        ours = run("ours", ROOT / opts.script, [*common, *ours_extra], opts.threads, Path(tmp) / "ours", ours_switches)
     result = compare(ours, theirs)
     result["episodes_ended"] = ours["episodes"]  # games ended in our run (logged ones; CleanRL's logging is off)
     commit = subprocess.run(
