@@ -235,7 +235,7 @@ class NativeAtari(gym.vector.VectorEnv):
         kwargs = gym.spec(env_id.split(":")[-1]).kwargs  # "module:Game-v4": gym.make imported it
         skip = kwargs.get("frameskip", 4)  # NoFrameskip: 1; skip 4 here, max of the last two
         size = num_envs // groups
-        affinity = getattr(os, "sched_getaffinity", None)  # Linux's; macOS and Windows: all cores
+        affinity = getattr(os, "sched_getaffinity", None)  # Linux only
         cores = len(affinity(0)) if affinity else os.cpu_count()
         cores //= int(os.environ.get("LOCAL_WORLD_SIZE", 1))  # each torchrun process's share
         settings = dict(
@@ -254,7 +254,7 @@ class NativeAtari(gym.vector.VectorEnv):
         game = kwargs["game"]
         self.vector_envs = [ale_py.AtariVectorEnv(game, size, **settings) for _ in range(groups)]
         self.parts = [slice(g * size, (g + 1) * size) for g in range(groups)]
-        # the video: a twin of env 0 in colour, fed its seed and actions
+        # video: a twin of env 0 in colour, fed its seed and actions
         colour = dict(img_height=210, img_width=160, grayscale=False, stack_num=1, num_threads=1)
         self.twin = ale_py.AtariVectorEnv(game, 1, **{**settings, **colour}) if video else None
         self.video = video
@@ -478,7 +478,8 @@ def update_minibatch(args: Args, agent: Agent, optimizer: optim.Optimizer, minib
     assert newlogprob.shape == newvalue.shape == mb_returns.shape  # (minibatch,): no broadcasting
     logratio = newlogprob - mb_logprobs
     ratio = logratio.exp()
-    # a serve played FIRE, not the sampled action: the policy's terms skip it
+    # a serve played FIRE, not the sampled action: the policy's terms skip it (the value and the
+    # advantages' statistics keep it: a real state)
     kept = 1.0 - mb_serves
 
     with torch.no_grad():
@@ -650,11 +651,11 @@ def start_up(args: Args) -> tuple:
     if error is None and args.resume:
         batch_size = args.num_envs * args.num_steps
         last = args.total_timesteps // batch_size
-        done = ckpt["iteration"]
-        if done >= last:  # nothing to do, nothing written
+        trained = ckpt["iteration"]
+        if trained >= last:  # nothing to do, nothing written
             further = f"--total-timesteps {(last + 1) * batch_size} or more trains it further"
             if RANK == 0:
-                print(f"{args.resume} is finished (iteration {done} of {last}); {further}")
+                print(f"{args.resume} is finished (iteration {trained} of {last}); {further}")
             raise SystemExit(0)
     cuda = args.cuda and torch.cuda.is_available()
     gpus = torch.cuda.device_count() if cuda else 0

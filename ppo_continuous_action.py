@@ -537,11 +537,11 @@ def start_up(args: Args) -> tuple:
     if error is None and args.resume:
         batch_size = args.num_envs * args.num_steps
         last = args.total_timesteps // batch_size
-        done = ckpt["iteration"]
-        if done >= last:  # nothing to do, nothing written
+        trained = ckpt["iteration"]
+        if trained >= last:  # nothing to do, nothing written
             further = f"--total-timesteps {(last + 1) * batch_size} or more trains it further"
             if RANK == 0:
-                print(f"{args.resume} is finished (iteration {done} of {last}); {further}")
+                print(f"{args.resume} is finished (iteration {trained} of {last}); {further}")
             raise SystemExit(0)
     cuda = args.cuda and torch.cuda.is_available()
     gpus = torch.cuda.device_count() if cuda else 0
