@@ -19,7 +19,7 @@ MANAGEMENT_TARGET = 24000
 NOW = {"ppo_atari.py": 33800}
 # issue 68 added to the management layer what a newcomer needs (the shareable model file, --upload-model, one run per
 # run dir, a finished resume, messages that name a fix): 26,441 characters before it, 36,271 after; 34,415 after
-# issue 67's second pass, 34,109 after its third
+# issue 67's second pass, 34,118 after its third
 MANAGEMENT_NOW = 34200
 
 
