@@ -440,7 +440,7 @@ def evaluate(args: Args, agent: Agent, envs, ckpt: dict, device: torch.device):
 # four scripts (tests/test_drift.py pins it), no part of the algorithm: a first reading can skip it.
 # ==================================================================================================
 
-CHECKPOINT_FORMAT = 3  # raised whenever what a checkpoint holds changes
+CHECKPOINT_FORMAT = 4  # raised whenever what a checkpoint holds changes
 # how a run runs and is recorded: what --resume and --eval-checkpoint may change
 MAY_CHANGE_ON_RESUME = (
     "exp_name seed torch_deterministic cuda track wandb_project_name wandb_entity capture_video "
@@ -588,7 +588,7 @@ def start_process_group(args: Args, cuda: bool, error) -> Optional[str]:
     dist.init_process_group(backend, store=store, rank=RANK, world_size=WORLD_SIZE)
     everyone = [None] * WORLD_SIZE
     dist.all_gather_object(everyone, (asdict(args), error))
-    first = everyone[0][0]
+    first, _ = everyone[0]
     differ = [name for name, value in first.items() if any(a[name] != value for a, _ in everyone)]
     reasons = [e for _, e in everyone if isinstance(e, str)]  # each machine's first process has one
     if differ:
@@ -728,7 +728,7 @@ def save_checkpoint(args: Args, run, agent, optimizer, envs, step: int, iteratio
         if run.saved is None:
             notice(f"the envs do not pickle ({e}): a resume starts new episodes")
     rng = dict(python=random.getstate(), numpy=np.random.get_state(), torch=torch.get_rng_state())
-    rng["cuda"] = torch.cuda.get_rng_state() if carry[0].is_cuda else None
+    rng["cuda"] = torch.cuda.get_rng_state() if next(agent.parameters()).is_cuda else None
     wrapper = {name: getattr(envs, name) for name in getattr(envs, "checkpointed", ())}
     own = dict(envs=env_state, wrapper=wrapper, carry=walk(torch.Tensor.cpu, carry), rng=rng)
     ranks = gather(own)
@@ -764,7 +764,7 @@ def write_file(path: str, obj, iteration: int):
         raise OSError(e.errno, what, path) from None
 
 
-def restore(args: Args, ckpt: Optional[dict], rank: int, agent, optimizer, envs, carry: tuple):
+def restore(args: Args, ckpt: Optional[dict], rank: int, agent, optimizer, envs, carry: dict):
     """(global_step, first iteration, carry) as saved, or (0, 1, carry) and rank 0's weights."""
     if ckpt is None:
         if dist.is_initialized():
@@ -779,13 +779,13 @@ def restore(args: Args, ckpt: Optional[dict], rank: int, agent, optimizer, envs,
         carry = walk(torch.Tensor.to, own["carry"], carry)
     else:  # new episodes, from seeds this run has not played
         obs, _ = envs.reset(seed=args.seed + ckpt["global_step"] + rank * envs.num_envs)
-        carry = (torch.as_tensor(obs).to(carry[0]), *carry[1:])
+        carry["next_obs"] = torch.as_tensor(obs).to(carry["next_obs"])
         notice("the checkpoint holds no env state: new episodes start")
     rng = own["rng"]
     random.setstate(rng["python"])
     np.random.set_state(rng["numpy"])
     torch.set_rng_state(rng["torch"])
-    if carry[0].is_cuda and rng["cuda"] is not None:
+    if rng["cuda"] is not None and next(agent.parameters()).is_cuda:
         torch.cuda.set_rng_state(rng["cuda"])
     return ckpt["global_step"], ckpt["iteration"] + 1, carry
 
@@ -795,7 +795,7 @@ def start_run(args: Args, rank: int, device: torch.device, ckpt: Optional[dict])
     run = types.SimpleNamespace(lock=None, signals=[], saved=None, saved_at=time.time())
     run.start_time = run.saved_at
     run.first_step = ckpt["global_step"] if ckpt else 0
-    run.recent_returns = deque(ckpt.get("recent_returns", []) if ckpt else [], maxlen=100)
+    run.recent_returns = deque(ckpt["recent_returns"] if ckpt else [], maxlen=100)
     try:
         if rank == 0:
             os.makedirs(args.run_dir, exist_ok=True)
@@ -903,10 +903,9 @@ def log_iteration(
         return
     sps = int((step - run.first_step) / (time.time() - run.start_time))
     writer.add_scalar("charts/learning_rate", float(optimizer.param_groups[0]["lr"]), step)
-    losses = "value_loss policy_loss entropy old_approx_kl approx_kl clipfrac explained_variance"
-    for name in losses.split():
-        if name in stats:  # none where --target-kl skipped the whole update
-            writer.add_scalar(f"losses/{name}", stats[name], step)
+    for name, value in stats.items():
+        if name not in ("loss", "grad_norm"):  # CleanRL's tags; these name a divergence
+            writer.add_scalar(f"losses/{name}", value, step)
     writer.add_scalar("charts/SPS", sps, step)
     recent = "n/a"
     if run.recent_returns:
@@ -936,8 +935,7 @@ def end_of_iteration(args: Args, run, agent, optimizer, envs, step: int, i: int,
     if dist.is_initialized():  # every process stops and saves where any one does
         due = torch.tensor([signum, save_due])
         dist.all_reduce(due, op=dist.ReduceOp.MAX)  # a CPU tensor: gloo, no device sync
-        signum = int(due[0])
-        save_due = bool(due[1])
+        signum, save_due = due.tolist()
     last = i == args.num_iterations
     saved = f", saved to {args.run_dir}/{args.exp_name}.pt" if args.save_model else ""
     if args.save_model and (signum or save_due or last):
@@ -1096,7 +1094,9 @@ def load_optimizer(optimizer: optim.Optimizer, saved: dict):
 
 
 def walk(fn: Callable, item, *like):
-    """fn(tensor, *its counterparts in like) for each tensor in nested tuples (ppo_rnn.py's)."""
+    """fn(tensor, *its counterparts in like) for each tensor in nested tuples and dicts."""
+    if isinstance(item, dict):
+        return {key: walk(fn, item[key], *(other[key] for other in like)) for key in item}
     if isinstance(item, tuple):
         return tuple(walk(fn, *parts) for parts in zip(item, *like, strict=True))
     return fn(item, *like) if isinstance(item, torch.Tensor) else item
@@ -1152,7 +1152,7 @@ if __name__ == "__main__":
     torch.backends.cudnn.deterministic = args.torch_deterministic
 
     # ENVS
-    envs = make_vector_env(args, 1 if args.eval_checkpoint else num_envs, rank)  # eval: one env
+    envs = make_vector_env(args, 1 if args.eval_checkpoint else num_envs, rank)
 
     # AGENT AND OPTIMIZER
     agent = Agent(envs).to(device)
@@ -1183,9 +1183,10 @@ if __name__ == "__main__":
     next_obs = torch.as_tensor(next_obs, dtype=obs.dtype, device=device)  # (num_envs, *obs_shape)
     next_done = torch.zeros(num_envs)  # (num_envs,), on the host
     # what one iteration hands the next (--resume: the checkpoint's)
-    carry = (next_obs, next_done)
+    carry = dict(next_obs=next_obs, next_done=next_done)
     global_step, start_iteration, carry = restore(args, ckpt, rank, agent, optimizer, envs, carry)
-    next_obs, next_done = carry
+    next_obs = carry["next_obs"]
+    next_done = carry["next_done"]
 
     # LOGGING
     writer, run = start_run(args, rank, device, ckpt)  # rank 0: --run-dir, TensorBoard (or None)
@@ -1236,7 +1237,6 @@ if __name__ == "__main__":
             b_inds = np.arange(batch_size)
             totals = {}  # each statistic, summed over the update's steps
             num_updates = 0
-            stopped = False  # by --target-kl: the rest of this update is skipped
             for _epoch in range(args.update_epochs):
                 np.random.shuffle(b_inds)
                 epoch_inds = torch.as_tensor(b_inds, device=device)
@@ -1244,13 +1244,12 @@ if __name__ == "__main__":
                     mb_inds = epoch_inds[start : start + minibatch_size]
                     minibatch = tuple(b[mb_inds] for b in batch)
                     stats = update_minibatch(args, agent, optimizer, minibatch)
-                    stopped = stats is None
-                    if stopped:
+                    if stats is None:  # past --target-kl: the rest of the update is skipped
                         break
                     for name, value in stats.items():
                         totals[name] = totals.get(name, 0.0) + value
                     num_updates += 1
-                if stopped:
+                if stats is None:
                     break
 
             # LOGGING
@@ -1263,7 +1262,7 @@ if __name__ == "__main__":
             explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
             stats["explained_variance"] = explained_var
             log_iteration(args, run, writer, optimizer, stats, finished, global_step, iteration)
-            carry = (next_obs, next_done)  # what the next iteration takes from this one
+            carry = dict(next_obs=next_obs, next_done=next_done)
             if end_of_iteration(args, run, agent, optimizer, envs, global_step, iteration, carry):
                 break  # a stop signal (saved with --save-model)
     except (KeyboardInterrupt, OSError) as e:  # a second Ctrl-C, a failed write
