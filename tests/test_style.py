@@ -15,12 +15,11 @@ import reading_size  # noqa: E402
 # and of the run-management layer: issue 67's targets
 TARGETS = {"ppo.py": 22000, "ppo_atari.py": 32000, "ppo_continuous_action.py": 27000, "ppo_rnn.py": 29500}
 MANAGEMENT_TARGET = 24000
-# where a target is not met yet, the size it has now, which only goes down (README's "How it reads" says by how much)
-NOW = {"ppo_atari.py": 33800}
+# where a target is not met yet, the size it has now, which only goes down (benchmark/results/reading/report.md)
+NOW = {"ppo_atari.py": 33760}
 # issue 68 added to the management layer what a newcomer needs (the shareable model file, --upload-model, one run per
-# run dir, a finished resume, messages that name a fix): 26,441 characters before it, 36,271 after; 34,415 after
-# issue 67's second pass, 34,118 after its third
-MANAGEMENT_NOW = 34200
+# run dir, a finished resume, messages that name a fix): 26,441 characters before it, 36,271 after; 34,158 now
+MANAGEMENT_NOW = 34158
 
 
 def sizes(script: str) -> tuple:
