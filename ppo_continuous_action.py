@@ -538,10 +538,12 @@ def start_up(args: Args) -> tuple:
         batch_size = args.num_envs * args.num_steps
         last = args.total_timesteps // batch_size
         trained = ckpt["iteration"]
-        if trained >= last:  # nothing to do, nothing written
+        if trained >= last:  # nothing to train, nothing written
             further = f"--total-timesteps {(last + 1) * batch_size} or more trains it further"
             if RANK == 0:
                 print(f"{args.resume} is finished (iteration {trained} of {last}); {further}")
+                if args.upload_model:  # pushed again: the last push may have failed
+                    upload(args)
             raise SystemExit(0)
     cuda = args.cuda and torch.cuda.is_available()
     gpus = torch.cuda.device_count() if cuda else 0
@@ -1028,7 +1030,8 @@ def upload(args: Args):
         hub.HfApi().upload_folder(repo_id=repo_id, folder_path=folder)
     except Exception as e:  # no network, no login, no permission
         why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-        fail(f"the upload to {repo_id} failed ({why}); {folder} holds what it would push")
+        again = f"--resume {args.run_dir} --save-model --upload-model tries again"
+        fail(f"the upload to {repo_id} failed ({why}); {folder} holds what it would push; {again}")
     print(f"uploaded to https://huggingface.co/{repo_id}")
 
 

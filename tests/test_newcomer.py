@@ -217,6 +217,28 @@ def test_upload_model_without_the_package_or_the_network_says_which(tmp_path, mo
     assert checkpoint_path(tmp_path).with_suffix(".cleanrl_model").exists()
 
 
+def test_a_failed_upload_names_the_command_that_pushes_the_finished_run(tmp_path, monkeypatch, capsys):
+    """A failed push ends with the command that tries it again; that command (as --resume auto's restart of the failed
+    command line would) finds the run finished, trains nothing and pushes it."""
+    hub_here(monkeypatch, tmp_path / "offline", fail_with="ConnectionError")
+    argv = [*QUICK, "--total-timesteps", "32", "--save-model", "--upload-model", "--hf-entity", "me"]
+    offline = error_of("ppo.py", *argv, cwd=tmp_path)
+    assert not (tmp_path / "offline" / "calls.json").exists()
+    again = offline.split("; ")[-1].removesuffix(" tries again").split()
+    assert again[0] == "--resume" and tmp_path / again[1] == checkpoint_path(tmp_path).parent
+    events = sorted(checkpoint_path(tmp_path).parent.glob("events.out.tfevents.*"))
+    hub_here(monkeypatch, tmp_path / "online")
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stop:
+        run("ppo.py", *again, cwd=tmp_path)
+    assert stop.value.code == 0
+    stdout = capsys.readouterr().out
+    assert "is finished (iteration 1 of 1)" in stdout and "uploaded to https://huggingface.co/me/" in stdout
+    calls = json.loads((tmp_path / "online" / "calls.json").read_text())
+    assert [name for name, _, _ in calls] == ["create_repo", "upload_folder"]
+    assert sorted(checkpoint_path(tmp_path).parent.glob("events.out.tfevents.*")) == events  # nothing trained
+
+
 def test_the_model_file_loads_as_weights_only_and_is_evaluated_without_the_trust_notice(tmp_path, capsys):
     """{exp_name}.cleanrl_model: tensors and plain values, read by torch.load(weights_only=True); --eval-checkpoint reads it
     that way and says nothing about trust, which a .pt checkpoint (a pickle) keeps; --resume of it points at the .pt."""
