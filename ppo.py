@@ -423,7 +423,8 @@ def divisors_near(n: int, to: int) -> list:
 
 
 def start_up(args: Args) -> tuple:
-    """Checks, the checkpoint's settings into args, torchrun: (rank, world_size, device, ckpt)."""
+    """Checks, the checkpoint's settings into args, torchrun: (rank, world_size, device, ckpt).
+    A finished run stops here (with --upload-model: pushed first)."""
     ckpt = None
     error = None
     try:
@@ -435,7 +436,7 @@ def start_up(args: Args) -> tuple:
         batch_size = args.num_envs * args.num_steps
         last = args.total_timesteps // batch_size
         trained = ckpt["iteration"]
-        if trained >= last:  # nothing to train, nothing written
+        if trained >= last:  # nothing to train
             further = f"--total-timesteps {(last + 1) * batch_size} or more trains it further"
             if RANK == 0:
                 print(f"{args.resume} is finished (iteration {trained} of {last}); {further}")
@@ -927,7 +928,7 @@ def upload(args: Args):
         hub.HfApi().upload_folder(repo_id=repo_id, folder_path=folder)
     except Exception as e:  # no network, no login, no permission
         why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-        again = f"--resume {args.run_dir} --save-model --upload-model tries again"
+        again = f"the same command with --resume {args.run_dir} pushes it"
         fail(f"the upload to {repo_id} failed ({why}); {folder} holds what it would push; {again}")
     print(f"uploaded to https://huggingface.co/{repo_id}")
 

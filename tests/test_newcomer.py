@@ -224,13 +224,13 @@ def test_a_failed_upload_names_the_command_that_pushes_the_finished_run(tmp_path
     argv = [*QUICK, "--total-timesteps", "32", "--save-model", "--upload-model", "--hf-entity", "me"]
     offline = error_of("ppo.py", *argv, cwd=tmp_path)
     assert not (tmp_path / "offline" / "calls.json").exists()
-    again = offline.split("; ")[-1].removesuffix(" tries again").split()
+    again = offline.split("; ")[-1].removeprefix("the same command with ").removesuffix(" pushes it").split()
     assert again[0] == "--resume" and tmp_path / again[1] == checkpoint_path(tmp_path).parent
     events = sorted(checkpoint_path(tmp_path).parent.glob("events.out.tfevents.*"))
     hub_here(monkeypatch, tmp_path / "online")
     capsys.readouterr()
     with pytest.raises(SystemExit) as stop:
-        run("ppo.py", *again, cwd=tmp_path)
+        run("ppo.py", *argv, *again, cwd=tmp_path)
     assert stop.value.code == 0
     stdout = capsys.readouterr().out
     assert "is finished (iteration 1 of 1)" in stdout and "uploaded to https://huggingface.co/me/" in stdout
