@@ -144,8 +144,9 @@ def make_env(env_id: str, idx: int, capture_video: bool, run_name: str):
             env = gym.make(env_id, obs_type="grayscale")
         # 1-30 no-ops, 84x84; NoFrameskip ids skip 4 frames here (max of the last 2), others in ALE
         frame_skip = 4 if env.spec.kwargs.get("frameskip") == 1 else 1
-        env = gym.wrappers.AtariPreprocessing(LastScreens(env), frame_skip=frame_skip)
-        env.env.buffer = env.obs_buffer  # where LastScreens puts the last two screens
+        last_screens = LastScreens(env)
+        env = gym.wrappers.AtariPreprocessing(last_screens, frame_skip=frame_skip)
+        last_screens.buffer = env.obs_buffer  # where it puts the last two screens
         env = EpisodicLife(env)
         env = gym.wrappers.TransformReward(env, np.sign)
         env = gym.wrappers.FrameStackObservation(env, 4)
@@ -176,14 +177,14 @@ class EpisodicLife(gym.Wrapper):
         self.serve_actions = (1, 2) if env.unwrapped.get_action_meanings()[1] == "FIRE" else ()
         self.next_life = None  # (obs, info): what reset() returns after a lost life
 
-    def play_unseen(self, actions: tuple, obs, info) -> tuple:
-        """Steps the agent does not see: (last obs, its info, whether the game ended)."""
+    def play_unseen(self, actions: tuple, obs, info) -> Optional[tuple]:
+        """Steps the agent does not see: their last (obs, info), or None where the game ended."""
         for action in actions:
             obs, reward, terminated, truncated, info = self.env.step(action)
             self.score += reward
             if terminated or truncated:
-                return obs, info, True
-        return obs, info, False
+                return None
+        return obs, info
 
     def step(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action)
@@ -194,8 +195,8 @@ class EpisodicLife(gym.Wrapper):
         self.lives = self.unwrapped.ale.lives()
         game_over = terminated or truncated
         if lost_life and not game_over:
-            next_obs, next_info, game_over = self.play_unseen((0, *self.serve_actions), obs, info)
-            self.next_life = None if game_over else (next_obs, next_info)
+            self.next_life = self.play_unseen((0, *self.serve_actions), obs, info)
+            game_over = self.next_life is None
         if game_over:
             info = {**info, "episode": {"r": self.score, "l": self.length}}
         terminated = terminated or lost_life
@@ -210,8 +211,7 @@ class EpisodicLife(gym.Wrapper):
             self.score = 0.0
             self.length = 0
             obs, info = self.env.reset(**kwargs)
-            obs, info, over = self.play_unseen(self.serve_actions, obs, info)
-            start = None if over else (obs, info)
+            start = self.play_unseen(self.serve_actions, obs, info)
             kwargs = {}
         self.lives = self.unwrapped.ale.lives()
         return start
@@ -1286,7 +1286,8 @@ if __name__ == "__main__":
     storage_shape = (args.num_steps, num_envs)
     pinned = device.type == "cuda"
     obs_shape = envs.single_observation_space.shape
-    obs = torch.zeros(storage_shape + obs_shape, dtype=torch.uint8, device=device)  # 4 x 84 x 84
+    # (num_steps, num_envs, 4, 84, 84): the last 4 screens
+    obs = torch.zeros(storage_shape + obs_shape, dtype=torch.uint8, device=device)
     actions = torch.zeros(storage_shape, dtype=torch.long, device=device)  # (num_steps, num_envs)
     logprobs = torch.zeros(storage_shape, device=device)  # (num_steps, num_envs)
     rewards = torch.zeros(storage_shape, pin_memory=pinned)  # (num_steps, num_envs)
