@@ -227,9 +227,9 @@ class EpisodicLife(gym.Wrapper):
 
 
 class NativeAtari(gym.vector.VectorEnv):
-    """ale-py's AtariVectorEnv (C++ threads), played as make_env's envs but for a new life's first
-    step (its serve): the agent sees it, FIRE is played, and the policy's loss leaves it out.
-    send(actions, g) starts group g, recv(g) waits for it."""
+    """ale-py's AtariVectorEnv (C++ threads), played as make_env's envs but for a new life's serve:
+    one step the agent sees, FIRE played, left out of the policy's loss. send(actions, g) starts
+    group g, recv(g) waits for it."""
 
     def __init__(self, env_id: str, num_envs: int, groups: int, video: Optional[str]):
         kwargs = gym.spec(env_id.split(":")[-1]).kwargs  # "module:Game-v4": gym.make imported it
