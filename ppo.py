@@ -5,7 +5,7 @@
     python ppo.py --eval-checkpoint runs/<run>/ppo.pt --eval-greedy
     python ppo.py --resume runs/<run>/ppo.pt    # continue it bit for bit, with its settings
 
-Schulman et al. 2017 (arXiv:1707.06347) with every detail of "The 32 Implementation Details of
+Schulman et al. 2017 (arXiv:1707.06347) with the details of "The 32 Implementation Details of
 PPO" (Huang and Dossa, 2020), on gymnasium 1.x, where a time-limit truncation bootstraps
 gamma * V(final_obs). Read down to `evaluate`, then `__main__`: the run management between them
 can be skipped. Checkpoints are pickles: load only those you trust.
@@ -98,7 +98,7 @@ class Args:
     gamma: float = 0.99
     """the discount factor gamma"""
     gae_lambda: float = 0.95
-    """the lambda for the general advantage estimation"""
+    """the lambda for the generalized advantage estimation"""
     num_minibatches: int = 4
     """the number of mini-batches"""
     update_epochs: int = 4
@@ -108,7 +108,7 @@ class Args:
     clip_coef: float = 0.2
     """the surrogate clipping coefficient"""
     clip_vloss: bool = True
-    """Toggles whether or not to use a clipped loss for the value function, as per the paper."""
+    """Toggles whether or not to use a clipped loss for the value function, as baselines' ppo2"""
     ent_coef: float = 0.01
     """coefficient of the entropy"""
     vf_coef: float = 0.5
@@ -272,7 +272,7 @@ def value_loss(newvalue, values, returns, clip_coef: Optional[float]) -> torch.T
 def update_minibatch(args: Args, agent: Agent, optimizer: optim.Optimizer, minibatch: tuple):
     """One gradient step on a minibatch (rows of the b_* tensors): its statistics by name, or None,
     without a step, once the approximate KL passes --target-kl. all_mean, whole_mean_std and
-    average_gradients pool over torchrun's processes (plain run: no-ops)."""
+    average_gradients pool over torchrun's processes, if any."""
     mb_obs, mb_logprobs, mb_actions, mb_advantages, mb_returns, mb_values = minibatch
     _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb_obs, mb_actions)
     assert newlogprob.shape == newvalue.shape == mb_returns.shape  # (minibatch,): no broadcasting

@@ -4,7 +4,7 @@
     python ppo_continuous_action.py --env-id Hopper-v5 --seed 2 --save-model
     python ppo_continuous_action.py --eval-checkpoint runs/<run>/ppo_continuous_action.pt
 
-Schulman et al. 2017 (arXiv:1707.06347) with every detail of "The 32 Implementation Details of
+Schulman et al. 2017 (arXiv:1707.06347) with the details of "The 32 Implementation Details of
 PPO" (Huang and Dossa, 2020), on gymnasium 1.x, where a time-limit truncation bootstraps
 gamma * V(final_obs). Read down to `evaluate`, then `__main__`: the run management between them
 can be skipped. Checkpoints are pickles: load only those you trust.
@@ -112,7 +112,7 @@ class Args:
     gamma: float = 0.99
     """the discount factor gamma"""
     gae_lambda: float = 0.95
-    """the lambda for the general advantage estimation"""
+    """the lambda for the generalized advantage estimation"""
     num_minibatches: int = 32
     """the number of mini-batches"""
     update_epochs: int = 10
@@ -122,7 +122,7 @@ class Args:
     clip_coef: float = 0.2
     """the surrogate clipping coefficient"""
     clip_vloss: bool = True
-    """Toggles whether or not to use a clipped loss for the value function, as per the paper."""
+    """Toggles whether or not to use a clipped loss for the value function, as baselines' ppo2"""
     ent_coef: float = 0.0
     """coefficient of the entropy"""
     vf_coef: float = 0.5
@@ -203,11 +203,12 @@ class NormalizeVector(gym.vector.VectorWrapper):
 
     @staticmethod
     def update(rms: RunningMeanStd, x: np.ndarray):
-        """rms.update(x), faster; under torchrun, with every process's x."""
+        """rms.update(x); under torchrun, with every process's x (the same numbers for one)."""
+        if not dist.is_initialized():
+            return rms.update(x)
         mean = all_mean(torch.as_tensor(x.mean(0))).numpy()
         var = all_mean(torch.as_tensor(((x - mean) ** 2).mean(0))).numpy()
-        count = len(x) * (dist.get_world_size() if dist.is_initialized() else 1)
-        rms.update_from_moments(mean, var, count)
+        rms.update_from_moments(mean, var, len(x) * dist.get_world_size())
 
     def normalize(self, obs: np.ndarray) -> np.ndarray:
         if not self.norm_obs:
@@ -375,7 +376,7 @@ def value_loss(newvalue, values, returns, clip_coef: Optional[float]) -> torch.T
 def update_minibatch(args: Args, agent: Agent, optimizer: optim.Optimizer, minibatch: tuple):
     """One gradient step on a minibatch (rows of the b_* tensors): its statistics by name, or None,
     without a step, once the approximate KL passes --target-kl. all_mean, whole_mean_std and
-    average_gradients pool over torchrun's processes (plain run: no-ops)."""
+    average_gradients pool over torchrun's processes, if any."""
     mb_obs, mb_logprobs, mb_actions, mb_advantages, mb_returns, mb_values = minibatch
     _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb_obs, mb_actions)
     assert newlogprob.shape == newvalue.shape == mb_returns.shape  # (minibatch,): no broadcasting
@@ -1231,7 +1232,7 @@ if __name__ == "__main__":
             # FLATTEN
             b_obs = obs.reshape((-1,) + obs_shape)  # (batch, *obs_shape)
             b_logprobs = logprobs.reshape(-1)  # (batch,)
-            b_actions = actions.reshape((-1,) + envs.single_action_space.shape)  # (batch, *act)
+            b_actions = actions.reshape((-1,) + action_shape)  # (batch, *act)
             b_advantages = advantages.reshape(-1)  # (batch,)
             b_returns = returns.reshape(-1)  # (batch,)
             b_values = values.reshape(-1)  # (batch,)

@@ -5,9 +5,9 @@
     python ppo_rnn.py --env-id MemoryL30K2-v0 --cell gru   # recall a cue shown 30 steps earlier
 
 `diff ppo.py ppo_rnn.py` is what memory adds. The defaults (lr 1e-3, one minibatch, 10 epochs,
-no entropy bonus, rewards x 0.1) are tuned on the memory tasks: docs/recurrent.md.
+no entropy bonus, rewards x 0.1) were tuned on CartPoleNoVel-v1: docs/recurrent.md.
 
-Schulman et al. 2017 (arXiv:1707.06347) with every detail of "The 32 Implementation Details of
+Schulman et al. 2017 (arXiv:1707.06347) with the details of "The 32 Implementation Details of
 PPO" (Huang and Dossa, 2020), on gymnasium 1.x, where a time-limit truncation bootstraps
 gamma * V(final_obs). Read down to `evaluate`, then `__main__`: the run management between them
 can be skipped. Checkpoints are pickles: load only those you trust.
@@ -100,7 +100,7 @@ class Args:
     gamma: float = 0.99
     """the discount factor gamma"""
     gae_lambda: float = 0.95
-    """the lambda for the general advantage estimation"""
+    """the lambda for the generalized advantage estimation"""
     num_minibatches: int = 1
     """the number of mini-batches"""
     update_epochs: int = 10
@@ -110,7 +110,7 @@ class Args:
     clip_coef: float = 0.2
     """the surrogate clipping coefficient"""
     clip_vloss: bool = True
-    """Toggles whether or not to use a clipped loss for the value function, as per the paper."""
+    """Toggles whether or not to use a clipped loss for the value function, as baselines' ppo2"""
     ent_coef: float = 0.0
     """coefficient of the entropy"""
     vf_coef: float = 0.5
@@ -167,7 +167,7 @@ for masked_id, (full_id, keep) in MASKED.items():
 
 class MemoryCue(gym.Env):
     """A cue (one-hot) in the first observation, `length - 1` blank ones, then the question (last
-    entry 1): +1 for the cue's index, else -1, and the end. Guessing earns 2 / num_cues - 1."""
+    entry 1): +1 for the cue's index, else -1, and the episode ends. Guessing earns 2 / k - 1."""
 
     def __init__(self, length: int = 10, num_cues: int = 2):
         if length < 1 or num_cues < 2:
@@ -235,10 +235,10 @@ def check_env(args: Args):
     """Fail, before anything is written, on this script's settings or an env of another kind."""
     if args.forget_bias != 0 and args.cell != "lstm":
         fail("--forget-bias is an LSTM setting: the GRU has no forget gate; drop it")
-    envs = args.num_envs // WORLD_SIZE  # this process's
-    if envs % args.num_minibatches:
+    num_envs = args.num_envs // WORLD_SIZE  # this process's
+    if num_envs % args.num_minibatches:
         split = f"--num-envs {args.num_envs} into --num-minibatches {args.num_minibatches}"
-        fits = " or ".join(map(str, divisors_near(envs, args.num_minibatches)))
+        fits = " or ".join(map(str, divisors_near(num_envs, args.num_minibatches)))
         fail(f"{split} leaves a remainder; try {fits}")
     env_id = args.env_id
     try:
@@ -336,7 +336,7 @@ class Agent(nn.Module):
 
 def stretches(done: torch.Tensor) -> list:
     """(begin, end) of each stretch of a (T, B) rollout with no episode start after its first step:
-    one cell call per stretch, a call per step up to rounding (recording a CUDA graph: per step)."""
+    one cell call per stretch, equal to a call per step up to rounding (a CUDA graph: per step)."""
     if done.is_cuda and torch.cuda.is_current_stream_capturing():
         starts = list(range(len(done) + 1))
     else:
@@ -403,7 +403,7 @@ def value_loss(newvalue, values, returns, clip_coef: Optional[float]) -> torch.T
 def update_minibatch(args: Args, agent: Agent, optimizer: optim.Optimizer, minibatch: tuple):
     """One gradient step on some envs' whole sequences, from their state at the rollout's start:
     its statistics by name, or None, without a step, past --target-kl. all_mean, whole_mean_std
-    and average_gradients pool over torchrun's processes (plain run: no-ops)."""
+    and average_gradients pool over torchrun's processes, if any."""
     mb_obs, mb_logprobs, mb_actions, mb_advantages, mb_returns, mb_values, mb_dones, mb_state = (
         minibatch
     )
@@ -1240,7 +1240,7 @@ if __name__ == "__main__":
                 set_learning_rate(optimizer, frac * args.learning_rate)
 
             # ROLLOUT
-            # copied: autograd cannot save an inference tensor, a CUDA graph overwrites outputs
+            # copied: a CUDA graph's next call overwrites the state it returned
             initial_rnn_state = tuple(s.clone() for s in next_rnn_state)
             for step in range(0, args.num_steps):
                 global_step += args.num_envs
