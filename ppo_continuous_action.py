@@ -309,7 +309,7 @@ class Agent(nn.Module):
         if action is None:
             with torch.no_grad():  # torch.normal's numbers, no host sync
                 action = action_mean + action_std * torch.randn_like(action_mean)
-        log_std = action_std.log()
+        log_std = action_std.log()  # not actor_logstd: Normal's rounding
         exponent = -((action - action_mean) ** 2) / (2 * action_std**2)  # the density's exponent
         logprob = (exponent - log_std - math.log(math.sqrt(2 * math.pi))).sum(1)
         entropy = (0.5 + 0.5 * math.log(2 * math.pi) + log_std).sum(1)
