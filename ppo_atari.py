@@ -786,14 +786,14 @@ def check_run_dir(args: Args, restart: bool):
         fail(f"--run-dir {args.run_dir!r} holds another run's {others[0]}; pass another --run-dir")
 
 
-def load_agent(agent: nn.Module, envs, ckpt: dict, path: str, rank: int = 0):
+def load_agent(agent: nn.Module, envs, ckpt: dict, path: str):
     """The saved agent, and the state of its vector wrapper (the continuous script's statistics)."""
     try:
         agent.load_state_dict(ckpt["agent"])
     except RuntimeError as e:  # missing, unexpected or reshaped: torch's 2nd line names the first
         first = str(e).splitlines()[1].strip()
         fail(f"{path!r} does not fit this Agent ({first}); an edited Agent, or another version's")
-    saved = ckpt["ranks"][rank]["wrapper"]
+    saved = ckpt["ranks"][RANK]["wrapper"]
     for name in set(saved) & set(getattr(envs, "checkpointed", ())):  # nothing else a file may set
         setattr(envs, name, unplain(saved[name], getattr(envs, name)))
 
@@ -881,21 +881,21 @@ def write_file(path: str, obj, iteration: int):
         raise OSError(e.errno, what, path) from None
 
 
-def restore(args: Args, ckpt: Optional[dict], rank: int, agent, optimizer, envs, carry: dict):
+def restore(args: Args, ckpt: Optional[dict], agent, optimizer, envs, carry: dict):
     """(global_step, first iteration, carry) as saved, or (0, 1, carry) and rank 0's weights."""
     if ckpt is None:
         if dist.is_initialized():
             for param in agent.parameters():
                 dist.broadcast(param.data, src=0)
         return 0, 1, carry
-    own = ckpt["ranks"][rank]
-    load_agent(agent, envs, ckpt, args.resume, rank)
+    own = ckpt["ranks"][RANK]
+    load_agent(agent, envs, ckpt, args.resume)
     load_optimizer(optimizer, ckpt["optimizer"])
     if own["envs"] is not None:
         envs.envs[:] = pickle.loads(own["envs"])
         carry = walk(torch.Tensor.to, own["carry"], carry)
     else:  # new episodes, from seeds this run has not played
-        obs, _ = envs.reset(seed=args.seed + ckpt["global_step"] + rank * envs.num_envs)
+        obs, _ = envs.reset(seed=args.seed + ckpt["global_step"] + RANK * envs.num_envs)
         carry["next_obs"] = torch.as_tensor(obs).to(carry["next_obs"])
         notice("the checkpoint holds no env state: new episodes start")
     rng = own["rng"]
@@ -907,14 +907,14 @@ def restore(args: Args, ckpt: Optional[dict], rank: int, agent, optimizer, envs,
     return ckpt["global_step"], ckpt["iteration"] + 1, carry
 
 
-def start_run(args: Args, rank: int, device: torch.device, ckpt: Optional[dict]) -> tuple:
+def start_run(args: Args, device: torch.device, ckpt: Optional[dict]) -> tuple:
     """Rank 0 locks --run-dir, opens TensorBoard and prints the sizes; signals are caught."""
     run = types.SimpleNamespace(lock=None, signals=[], saved=None, saved_at=time.time())
     run.start_time = run.saved_at
     run.first_step = ckpt["global_step"] if ckpt else 0
     run.recent_returns = deque(ckpt["recent_returns"] if ckpt else [], maxlen=100)
     try:
-        if rank == 0:
+        if RANK == 0:
             os.makedirs(args.run_dir, exist_ok=True)
             run.lock = open(f"{args.run_dir}/.lock", "a+")  # held until the run closes
             if os.name == "posix":  # an fcntl lock dies with its process: a killed run leaves none
@@ -931,7 +931,7 @@ def start_run(args: Args, rank: int, device: torch.device, ckpt: Optional[dict])
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # as nohup's and `&`'s: ignored
         signal.signal(signal.SIGINT, functools.partial(stop_signal, run))
     run.excepthook = threading.excepthook
-    if rank > 0:
+    if RANK > 0:
         return None, run
     resumed = f", resumed from {args.resume} at iteration {ckpt['iteration']}" if ckpt else ""
     print(f"run dir {args.run_dir}{resumed}")
@@ -1302,12 +1302,12 @@ if __name__ == "__main__":
     next_done = torch.zeros(num_envs)  # (num_envs,), on the host
     # what one iteration hands the next (--resume: the checkpoint's)
     carry = dict(next_obs=next_obs, next_done=next_done)
-    global_step, start_iteration, carry = restore(args, ckpt, rank, agent, optimizer, envs, carry)
+    global_step, start_iteration, carry = restore(args, ckpt, agent, optimizer, envs, carry)
     next_obs = carry["next_obs"]
     next_done = carry["next_done"]
 
     # LOGGING
-    writer, run = start_run(args, rank, device, ckpt)  # rank 0: --run-dir, TensorBoard (or None)
+    writer, run = start_run(args, device, ckpt)  # rank 0: --run-dir, TensorBoard (or None)
     finished = []  # (global_step, return, length) of this process's episodes to log
     error = None  # why the run stopped early
     try:
