@@ -76,8 +76,8 @@ def test_a_write_stopped_before_its_rename_leaves_the_previous_checkpoint(tmp_pa
     args = module.Args(run_dir=str(tmp_path), exp_name="ppo")
     agent = torch.nn.Linear(2, 1)
     optimizer = torch.optim.Adam(agent.parameters())
-    carry = (torch.zeros(2), torch.zeros(2))
-    run_state = types.SimpleNamespace(rank=0, saved=None, recent_returns=[])  # what start_run makes: rank 0, nothing saved yet
+    carry = dict(next_obs=torch.zeros(2), next_done=torch.zeros(2))  # what the loop carries
+    run_state = types.SimpleNamespace(saved=None, recent_returns=[])  # what start_run makes: nothing saved yet
     module.save_checkpoint(args, run_state, agent, optimizer, object(), 10, 1, carry)  # an env with no state of its own
 
     def killed(*args):
