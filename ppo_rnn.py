@@ -167,7 +167,7 @@ for masked_id, (full_id, keep) in MASKED.items():
 
 class MemoryCue(gym.Env):
     """A cue (one-hot) in the first observation, `length - 1` blank ones, then the question (last
-    entry 1): +1 for the cue's index, else -1, and the episode ends. Guessing earns 2 / k - 1."""
+    entry 1): +1 for the cue's index, else -1, then the end. Guessing earns 2 / num_cues - 1."""
 
     def __init__(self, length: int = 10, num_cues: int = 2):
         if length < 1 or num_cues < 2:
