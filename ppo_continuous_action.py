@@ -522,7 +522,7 @@ def need(package: str, flag: str):
 
 def divisors_near(n: int, to: int) -> list:
     below = [d for d in range(1, to) if n % d == 0][-1:]
-    above = [d for d in range(to + 1, n + 1) if n % d == 0][:1]
+    above = [d for d in range(to + 1, n // 2 + 1) if n % d == 0][:1]  # parts of 2 or more
     return below + above
 
 
@@ -540,7 +540,7 @@ def start_up(args: Args) -> tuple:
         batch_size = args.num_envs * args.num_steps
         last = args.total_timesteps // batch_size
         trained = ckpt["iteration"]
-        if trained >= last:  # nothing to train
+        if trained >= last:
             further = f"--total-timesteps {(last + 1) * batch_size} or more trains it further"
             if RANK == 0:
                 print(f"{args.resume} is finished (iteration {trained} of {last}); {further}")
@@ -781,7 +781,7 @@ def restore(args: Args, ckpt: Optional[dict], agent, optimizer, envs, carry: dic
     if own["envs"] is not None:
         envs.envs[:] = pickle.loads(own["envs"])
         carry = walk(torch.Tensor.to, own["carry"], carry)
-    else:  # new episodes, from seeds this run has not played
+    else:  # seeds this run has not played
         obs, _ = envs.reset(seed=args.seed + ckpt["global_step"] + RANK * envs.num_envs)
         carry["next_obs"] = torch.as_tensor(obs).to(carry["next_obs"])
         notice("the checkpoint holds no env state: new episodes start")

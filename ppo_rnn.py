@@ -237,9 +237,9 @@ def check_env(args: Args):
         fail("--forget-bias is an LSTM setting: the GRU has no forget gate; drop it")
     num_envs = args.num_envs // WORLD_SIZE  # this process's
     if num_envs % args.num_minibatches:
-        split = f"--num-envs {args.num_envs} into --num-minibatches {args.num_minibatches}"
+        envs = f"{num_envs} envs" + (" a process" if WORLD_SIZE > 1 else "")
         fits = " or ".join(map(str, divisors_near(num_envs, args.num_minibatches)))
-        fail(f"{split} leaves a remainder; try {fits}")
+        fail(f"{envs} do not split into {args.num_minibatches} minibatches; try {fits} of them")
     env_id = args.env_id
     try:
         env = gym.make(env_id)
@@ -557,7 +557,7 @@ def need(package: str, flag: str):
 
 def divisors_near(n: int, to: int) -> list:
     below = [d for d in range(1, to) if n % d == 0][-1:]
-    above = [d for d in range(to + 1, n + 1) if n % d == 0][:1]
+    above = [d for d in range(to + 1, n // 2 + 1) if n % d == 0][:1]  # parts of 2 or more
     return below + above
 
 
@@ -575,7 +575,7 @@ def start_up(args: Args) -> tuple:
         batch_size = args.num_envs * args.num_steps
         last = args.total_timesteps // batch_size
         trained = ckpt["iteration"]
-        if trained >= last:  # nothing to train
+        if trained >= last:
             further = f"--total-timesteps {(last + 1) * batch_size} or more trains it further"
             if RANK == 0:
                 print(f"{args.resume} is finished (iteration {trained} of {last}); {further}")
@@ -816,7 +816,7 @@ def restore(args: Args, ckpt: Optional[dict], agent, optimizer, envs, carry: dic
     if own["envs"] is not None:
         envs.envs[:] = pickle.loads(own["envs"])
         carry = walk(torch.Tensor.to, own["carry"], carry)
-    else:  # new episodes, from seeds this run has not played
+    else:  # seeds this run has not played
         obs, _ = envs.reset(seed=args.seed + ckpt["global_step"] + RANK * envs.num_envs)
         carry["next_obs"] = torch.as_tensor(obs).to(carry["next_obs"])
         notice("the checkpoint holds no env state: new episodes start")

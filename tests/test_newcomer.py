@@ -14,6 +14,7 @@ import time
 
 import pytest
 import torch
+import tyro
 
 from tests.helpers import ROOT, SCRIPTS, TINY, checkpoint_path, cli, error_of, load, python_path, run, signal_at_call
 
@@ -94,20 +95,29 @@ def test_resume_of_a_directory_takes_its_checkpoint(tmp_path, capsys):
     [
         (["--num-steps", "128", "--num-envs", "4", "--num-minibatches", "3"], ["2", "4"]),  # 512
         (["--num-steps", "10", "--num-envs", "3", "--num-minibatches", "4"], ["3", "5"]),  # 30
+        (["--num-steps", "3", "--num-envs", "1", "--num-minibatches", "2"], ["1"]),  # 3: not 3 of 1
     ],
 )
 def test_the_minibatch_error_names_values_that_work(argv, fits, tmp_path):
-    """The error names the nearest --num-minibatches that divide the batch, and they do."""
+    """The error names the nearest --num-minibatches that divide the batch into minibatches of 2 or more
+    samples (one sample cannot normalize advantages), and they do."""
     message = error_of("ppo.py", *argv, cwd=tmp_path)
     assert message.endswith(f"try {' or '.join(fits)} of them")
     for fit in fits:
         batch = int(argv[1]) * int(argv[3])
-        assert batch % int(fit) == 0
+        assert batch % int(fit) == 0 and batch // int(fit) >= 2
 
 
-def test_ppo_rnn_minibatch_error_names_num_envs_and_values_that_work(tmp_path):
-    message = error_of("ppo_rnn.py", "--num-envs", "6", "--num-minibatches", "4", cwd=tmp_path)
-    assert "--num-envs 6 into --num-minibatches 4" in message and message.endswith("try 3 or 6")
+@pytest.mark.parametrize("world_size, envs", [(1, "6 envs"), (2, "6 envs a process")])
+def test_ppo_rnn_minibatch_error_names_the_envs_and_values_that_work(world_size, envs, monkeypatch):
+    """ppo_rnn.py's minibatches are whole env sequences: the error counts this process's envs (under
+    torchrun, a share of --num-envs) and names the minibatch counts that divide them."""
+    module = load("ppo_rnn.py")
+    monkeypatch.setattr(module, "WORLD_SIZE", world_size)
+    argv = ["--num-envs", str(6 * world_size), "--num-minibatches", "4"]
+    with pytest.raises(SystemExit) as exc:
+        module.check_env(tyro.cli(module.Args, args=argv))
+    assert exc.value.code == f"error: {envs} do not split into 4 minibatches; try 3 of them"
 
 
 def test_total_timesteps_that_is_not_whole_batches_is_rounded_with_a_notice(tmp_path, capsys):

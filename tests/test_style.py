@@ -18,9 +18,9 @@ MANAGEMENT_TARGET = 24000
 # where a target is not met yet, the size it has now, which only goes down (benchmark/results/reading/report.md)
 NOW = {"ppo_atari.py": 33692}
 # issue 68 added to the management layer what a newcomer needs (the shareable model file, --upload-model, one run per
-# run dir, a finished resume, messages that name a fix): 26,441 characters before it, 36,271 after; 34,158 after
-# issue 67's passes, 34,366 with a failed upload's retry (a finished run resumed with --upload-model pushes it)
-MANAGEMENT_NOW = 34366
+# run dir, a finished resume, messages that name a fix): 26,441 characters before it, 36,271 after; the size it has
+# now, which only goes down
+MANAGEMENT_NOW = 34354
 
 
 def sizes(script: str) -> tuple:
