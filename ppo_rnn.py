@@ -239,7 +239,7 @@ def check_env(args: Args):
     if num_envs % args.num_minibatches:
         envs = f"{num_envs} envs" + (" a process" if WORLD_SIZE > 1 else "")
         fits = " or ".join(map(str, divisors_near(num_envs, args.num_minibatches)))
-        fail(f"{envs} do not split into {args.num_minibatches} minibatches; try {fits} of them")
+        fail(f"{envs} do not split into --num-minibatches {args.num_minibatches}; try {fits}")
     env_id = args.env_id
     try:
         env = gym.make(env_id)

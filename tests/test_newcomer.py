@@ -117,7 +117,7 @@ def test_ppo_rnn_minibatch_error_names_the_envs_and_values_that_work(world_size,
     argv = ["--num-envs", str(6 * world_size), "--num-minibatches", "4"]
     with pytest.raises(SystemExit) as exc:
         module.check_env(tyro.cli(module.Args, args=argv))
-    assert exc.value.code == f"error: {envs} do not split into 4 minibatches; try 3 of them"
+    assert exc.value.code == f"error: {envs} do not split into --num-minibatches 4; try 3"
 
 
 def test_total_timesteps_that_is_not_whole_batches_is_rounded_with_a_notice(tmp_path, capsys):
