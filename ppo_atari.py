@@ -227,9 +227,9 @@ class EpisodicLife(gym.Wrapper):
 
 
 class NativeAtari(gym.vector.VectorEnv):
-    """ale-py's AtariVectorEnv (C++ threads), played as make_env's envs but for a new life's serve:
-    one step the agent sees, FIRE played, left out of the policy's loss. send(actions, g) starts
-    group g, recv(g) waits for it."""
+    """ale-py's AtariVectorEnv (C++ threads): make_env's preprocessing but for what docs/atari.md
+    lists (a new life's serve: a step the agent sees, FIRE played, out of the policy's loss).
+    send(actions, g) starts group g, recv(g) waits for it."""
 
     def __init__(self, env_id: str, num_envs: int, groups: int, video: Optional[str]):
         kwargs = gym.spec(env_id.split(":")[-1]).kwargs  # "module:Game-v4": gym.make imported it
@@ -309,6 +309,9 @@ class NativeAtari(gym.vector.VectorEnv):
             self.clip = self.clip[-1:]  # the new game's first frame
             self.games += 1
         return obs, np.sign(rewards).astype(np.float64), terminations, truncations, infos
+
+    def close_extras(self, **kwargs):  # ale-py's envs stop when deleted
+        self.vector_envs = self.twin = None
 
 
 class WrapperEnvs(gym.vector.SyncVectorEnv):
@@ -1318,8 +1321,7 @@ if __name__ == "__main__":
                 set_learning_rate(optimizer, frac * args.learning_rate)
 
             # ROLLOUT
-            # a group steps while the policy acts for the others; receive() stores its step (reward,
-            # next_obs, next_done) before the group's next send, the last step's after the loop
+            # a group steps while the policy acts for another
             for step in range(0, args.num_steps):
                 global_step += args.num_envs
                 for group, part in enumerate(envs.parts):

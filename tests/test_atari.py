@@ -6,7 +6,10 @@ frame, v5 ids, ids it cannot play, and resume without env state."""
 
 import copy
 import functools
+import gc
+import os
 import pickle
+import weakref
 
 import ale_py
 import cv2
@@ -413,6 +416,21 @@ def test_native_env_threads_are_the_cores_this_process_may_use(monkeypatch):
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "24")  # more processes than cores: one thread each
     module.NativeAtari("BreakoutNoFrameskip-v4", 2, 1, None).close()
     assert threads == [3, 8, 3, 3, 2, 1]
+
+
+def test_closing_the_native_env_ends_ale_pys_envs_and_their_threads(tmp_path):
+    """ale-py's AtariVectorEnv has no close of its own: its C++ threads end when it is deleted. envs.close() (the run's
+    end, Ctrl-C included) lets go of every group and the video twin, so that an IPython session holding `envs` after a
+    %run keeps no emulator threads."""
+    threads = lambda: len(os.listdir("/proc/self/task"))  # noqa: E731
+    before = threads()
+    envs = load(SCRIPT).NativeAtari("BreakoutNoFrameskip-v4", 4, 2, str(tmp_path / "videos"))
+    envs.reset(seed=1)
+    alive = [weakref.ref(env) for env in [*envs.vector_envs, envs.twin]]
+    assert threads() > before
+    envs.close()
+    gc.collect()
+    assert [ref() for ref in alive] == [None, None, None] and threads() == before
 
 
 def test_native_env_refuses_ids_it_cannot_play(tmp_path):
