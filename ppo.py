@@ -518,6 +518,9 @@ def from_checkpoint(args: Args) -> Optional[dict]:
     if not os.path.isfile(path):
         fail(f"checkpoint {path!r} is not a file; pass one that --save-model wrote")
     model_file = path.endswith(".cleanrl_model")  # tensors and plain values: safe from anyone
+    if args.eval_checkpoint and not model_file:  # before loading it
+        safe = f"{path.removesuffix('.pt')}.cleanrl_model runs none"
+        notice(f"a .pt checkpoint is a pickle, which can run code as it loads; {safe}")
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=model_file)
     except Exception as e:
@@ -540,9 +543,6 @@ def from_checkpoint(args: Args) -> Optional[dict]:
         defaults = asdict(Args())
         saved.update({n: defaults[n] for n in MAY_CHANGE_ON_RESUME if n in defaults})
         saved["run_dir"] = f"{ckpt['args']['run_dir']}-eval"  # its videos apart from training's
-    if args.eval_checkpoint and not model_file:
-        safe = f"{ckpt['args']['exp_name']}.cleanrl_model, beside it, loads without running any"
-        notice(f"a .pt checkpoint is a pickle, which can run code as it loads; {safe}")
     given = tyro.cli(Args, default=Args(**saved))  # the command line again, over the saved settings
     differ = [n for n in saved if n not in MAY_CHANGE_ON_RESUME and getattr(given, n) != saved[n]]
     if args.resume and given.total_timesteps > saved["total_timesteps"]:

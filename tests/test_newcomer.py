@@ -264,6 +264,25 @@ def test_the_model_file_loads_as_weights_only_and_is_evaluated_without_the_trust
     assert "holds the model only" in message and ".pt" in message
 
 
+class PrintsWhenLoaded:
+    """A pickle that runs code as it loads: print, here."""
+
+    def __reduce__(self):
+        return print, ("code ran as the checkpoint loaded",)
+
+
+def test_the_pickle_notice_comes_before_the_pickle_loads(tmp_path, capsys):
+    """--eval-checkpoint of a .pt: the notice that a pickle can run code, naming the safe file beside it, is printed
+    before torch.load runs the pickle, not after."""
+    path = tmp_path / "ppo.pt"
+    torch.save({"agent": PrintsWhenLoaded()}, path)
+    message = error_of("ppo.py", "--eval-checkpoint", str(path), cwd=tmp_path)
+    assert "not a whole checkpoint" in message
+    lines = capsys.readouterr().out.splitlines()
+    notice = f"notice: a .pt checkpoint is a pickle, which can run code as it loads; {tmp_path}/ppo.cleanrl_model runs none"
+    assert lines.index(notice) < lines.index("code ran as the checkpoint loaded")
+
+
 def test_continuous_model_file_keeps_its_normalization_statistics(tmp_path):
     """Unlike CleanRL's, the continuous model file carries the observation and return statistics evaluation needs."""
     argv = [*QUICK, "--env-id", "InvertedPendulum-v5", "--total-timesteps", "32", "--save-model"]
