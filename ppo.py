@@ -417,9 +417,8 @@ def need(package: str, flag: str):
 
 
 def divisors_near(n: int, to: int) -> list:
-    below = [d for d in range(1, to) if n % d == 0][-1:]
-    above = [d for d in range(to + 1, n // 2 + 1) if n % d == 0][:1]  # parts of 2 or more
-    return below + above
+    fits = [d for d in range(1, n // 2 + 1) if n % d == 0] or [1]  # parts of 2 or more
+    return [d for d in fits if d < to][-1:] + [d for d in fits if d > to][:1]
 
 
 def start_up(args: Args) -> tuple:

@@ -96,6 +96,7 @@ def test_resume_of_a_directory_takes_its_checkpoint(tmp_path, capsys):
         (["--num-steps", "128", "--num-envs", "4", "--num-minibatches", "3"], ["2", "4"]),  # 512
         (["--num-steps", "10", "--num-envs", "3", "--num-minibatches", "4"], ["3", "5"]),  # 30
         (["--num-steps", "3", "--num-envs", "1", "--num-minibatches", "2"], ["1"]),  # 3: not 3 of 1
+        (["--num-steps", "3", "--num-envs", "1", "--num-minibatches", "4"], ["1"]),  # nor below 4
     ],
 )
 def test_the_minibatch_error_names_values_that_work(argv, fits, tmp_path):
