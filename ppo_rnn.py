@@ -75,7 +75,7 @@ class Args:
     save_every: float = 10.0
     """with --save-model, also save every this many minutes (0: after every iteration)"""
     run_dir: Optional[str] = None
-    """the directory of the TensorBoard log and checkpoint (default: `runs/{run_name}`)"""
+    """where the TensorBoard log and checkpoint go (None: runs/ENV__EXP__SEED__TIME)"""
     resume: Optional[str] = None
     """a checkpoint or its run dir to continue, with its settings (`auto`: --run-dir's)"""
     eval_checkpoint: Optional[str] = None
@@ -390,8 +390,8 @@ def policy_loss(advantages: torch.Tensor, ratio: torch.Tensor, clip_coef: float)
 
 
 def value_loss(newvalue, values, returns, clip_coef: Optional[float]) -> torch.Tensor:
-    """0.5 * the mean squared error to the returns; with clip_coef (--clip-vloss, as baselines'
-    ppo2), the larger of it and that of the value clipped to within clip_coef of the old one."""
+    """0.5 * the mean of the squared error to the returns or, with clip_coef (--clip-vloss, as
+    ppo2), of the larger of it and that of the value clipped within clip_coef of the old one."""
     v_loss_unclipped = (newvalue - returns) ** 2
     if clip_coef is None:
         return 0.5 * v_loss_unclipped.mean()
@@ -849,7 +849,7 @@ def start_run(args: Args, device: torch.device, ckpt: Optional[dict]) -> tuple:
         fix = "pass one this user can write, on a disk with space"
         fail(f"cannot write to --run-dir {args.run_dir!r} ({e.strerror}); {fix}")
     signal.signal(signal.SIGTERM, functools.partial(stop_signal, run))
-    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # as nohup's and `&`'s: ignored
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # `&` in a script: ignored
         signal.signal(signal.SIGINT, functools.partial(stop_signal, run))
     run.excepthook = threading.excepthook
     if RANK > 0:
