@@ -235,11 +235,11 @@ def check_env(args: Args):
     """Fail, before anything is written, on this script's settings or an env of another kind."""
     if args.forget_bias != 0 and args.cell != "lstm":
         fail("--forget-bias is an LSTM setting: the GRU has no forget gate; drop it")
-    num_envs = args.num_envs // WORLD_SIZE  # this process's
+    num_envs = args.num_envs // WORLD_SIZE  # per process
     if num_envs % args.num_minibatches:
-        envs = f"{num_envs} envs" + (" a process" if WORLD_SIZE > 1 else "")
-        fits = " or ".join(map(str, divisors_near(num_envs, args.num_minibatches)))
-        fail(f"{envs} do not split into --num-minibatches {args.num_minibatches}; try {fits}")
+        envs = plural(num_envs, "env") + (" a process" if WORLD_SIZE > 1 else "")
+        fits = " or ".join(map(str, divisors_near(num_envs, args.num_minibatches, 1)))
+        fail(f"{envs} cannot split into --num-minibatches {args.num_minibatches}; try {fits}")
     env_id = args.env_id
     try:
         env = gym.make(env_id)
@@ -555,8 +555,8 @@ def need(package: str, flag: str):
         fail(f"{flag} needs {package} ({e}); pip install {package}")
 
 
-def divisors_near(n: int, to: int) -> list:
-    fits = [d for d in range(1, n // 2 + 1) if n % d == 0] or [1]  # parts of 2 or more
+def divisors_near(n: int, to: int, min_part: int = 2) -> list:
+    fits = [d for d in range(1, n // min_part + 1) if n % d == 0] or [1]
     return [d for d in fits if d < to][-1:] + [d for d in fits if d > to][:1]
 
 
@@ -657,7 +657,7 @@ def from_checkpoint(args: Args) -> Optional[dict]:
         fail(f"checkpoint {path!r} is not a file; pass one that --save-model wrote")
     model_file = path.endswith(".cleanrl_model")  # tensors and plain values: safe from anyone
     if args.eval_checkpoint and not model_file:  # before loading it
-        safe = f"{path.removesuffix('.pt')}.cleanrl_model runs none"
+        safe = "the .cleanrl_model saved beside it cannot"
         notice(f"a .pt checkpoint is a pickle, which can run code as it loads; {safe}")
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=model_file)

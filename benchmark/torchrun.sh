@@ -40,7 +40,7 @@ speed)
     echo "$script $env_id default settings, $steps steps: 1 process $(sps "${log}_1proc.log") SPS, 2 processes $(sps "${log}_2proc.log") SPS"
     echo "  1 process: $one; 2 processes: $two"
   done | tee "$out/speed.txt"
-  # what the collectives cost here (each minibatch step makes one of the gradient's size and three small ones)
+  # what the collectives cost here (each minibatch step makes one of the gradient's size and four small ones)
   python -m torch.distributed.run --standalone --nproc-per-node 2 benchmark/tools/allreduce.py 2>/dev/null | tee -a "$out/speed.txt"
   ;;
 cartpole)

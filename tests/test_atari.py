@@ -423,6 +423,7 @@ def test_closing_the_native_env_ends_ale_pys_envs_and_their_threads(tmp_path):
     end, Ctrl-C included) lets go of every group and the video twin, so that an IPython session holding `envs` after a
     %run keeps no emulator threads."""
     threads = lambda: len(os.listdir("/proc/self/task"))  # noqa: E731
+    gc.collect()  # an earlier in-process run's envs, if any, go first
     before = threads()
     envs = load(SCRIPT).NativeAtari("BreakoutNoFrameskip-v4", 4, 2, str(tmp_path / "videos"))
     envs.reset(seed=1)

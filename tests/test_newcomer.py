@@ -109,16 +109,19 @@ def test_the_minibatch_error_names_values_that_work(argv, fits, tmp_path):
         assert batch % int(fit) == 0 and batch // int(fit) >= 2
 
 
-@pytest.mark.parametrize("world_size, envs", [(1, "6 envs"), (2, "6 envs a process")])
-def test_ppo_rnn_minibatch_error_names_the_envs_and_values_that_work(world_size, envs, monkeypatch):
-    """ppo_rnn.py's minibatches are whole env sequences: the error counts this process's envs (under
-    torchrun, a share of --num-envs) and names the minibatch counts that divide them."""
+@pytest.mark.parametrize(
+    "world_size, num_envs, envs, fits",
+    [(1, 6, "6 envs", "3 or 6"), (2, 6, "6 envs a process", "3 or 6"), (1, 1, "1 env", "1")],
+)
+def test_ppo_rnn_minibatch_error_names_the_envs_and_values_that_work(world_size, num_envs, envs, fits, monkeypatch):
+    """ppo_rnn.py's minibatches are whole env sequences: the error counts this process's envs (under torchrun, a share
+    of --num-envs) and names the nearest minibatch counts that divide them, one env a minibatch included."""
     module = load("ppo_rnn.py")
     monkeypatch.setattr(module, "WORLD_SIZE", world_size)
-    argv = ["--num-envs", str(6 * world_size), "--num-minibatches", "4"]
+    argv = ["--num-envs", str(num_envs * world_size), "--num-minibatches", "4"]
     with pytest.raises(SystemExit) as exc:
         module.check_env(tyro.cli(module.Args, args=argv))
-    assert exc.value.code == f"error: {envs} do not split into --num-minibatches 4; try 3"
+    assert exc.value.code == f"error: {envs} cannot split into --num-minibatches 4; try {fits}"
 
 
 def test_total_timesteps_that_is_not_whole_batches_is_rounded_with_a_notice(tmp_path, capsys):
@@ -280,7 +283,7 @@ def test_the_pickle_notice_comes_before_the_pickle_loads(tmp_path, capsys):
     message = error_of("ppo.py", "--eval-checkpoint", str(path), cwd=tmp_path)
     assert "not a whole checkpoint" in message
     lines = capsys.readouterr().out.splitlines()
-    notice = f"notice: a .pt checkpoint is a pickle, which can run code as it loads; {tmp_path}/ppo.cleanrl_model runs none"
+    notice = "notice: a .pt checkpoint is a pickle, which can run code as it loads; the .cleanrl_model saved beside it cannot"
     assert lines.index(notice) < lines.index("code ran as the checkpoint loaded")
 
 

@@ -20,7 +20,7 @@ NOW = {"ppo_atari.py": 33688}
 # issue 68 added to the management layer what a newcomer needs (the shareable model file, --upload-model, one run per
 # run dir, a finished resume, messages that name a fix): 26,441 characters before it, 36,271 after; the size it has
 # now, which only goes down
-MANAGEMENT_NOW = 34336
+MANAGEMENT_NOW = 34330
 
 
 def sizes(script: str) -> tuple:

@@ -3,7 +3,7 @@
     python -m torch.distributed.run --standalone --nproc-per-node 2 benchmark/tools/allreduce.py
 
 Per minibatch step a script makes one all_reduce of its whole gradient (flattened into one float32
-tensor) and three small ones (the two KL estimates, the advantages' mean, their variance).
+tensor) and four small ones (the two KL estimates, the advantages' mean, their variance).
 """
 
 import time
