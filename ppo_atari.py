@@ -227,9 +227,9 @@ class EpisodicLife(gym.Wrapper):
 
 
 class NativeAtari(gym.vector.VectorEnv):
-    """ale-py's AtariVectorEnv (C++ threads): make_env's preprocessing but for what docs/atari.md
-    lists (a new life's serve: a step the agent sees, FIRE played, out of the policy's loss).
-    send(actions, g) starts group g, recv(g) waits for it."""
+    """ale-py's AtariVectorEnv: make_env's preprocessing but for what docs/atari.md lists (a new
+    life's serve: a step the agent sees, FIRE played, out of the policy's loss). send(actions, g)
+    starts group g, recv(g) waits for it."""
 
     def __init__(self, env_id: str, num_envs: int, groups: int, video: Optional[str]):
         kwargs = gym.spec(env_id.split(":")[-1]).kwargs  # "module:Game-v4": gym.make imported it
@@ -311,7 +311,7 @@ class NativeAtari(gym.vector.VectorEnv):
         return obs, np.sign(rewards).astype(np.float64), terminations, truncations, infos
 
     def close_extras(self, **kwargs):  # ale-py's envs stop when deleted
-        self.vector_envs = self.twin = None
+        self.vector_envs = self.twin = self.clip = None
 
 
 class WrapperEnvs(gym.vector.SyncVectorEnv):

@@ -421,17 +421,17 @@ def test_native_env_threads_are_the_cores_this_process_may_use(monkeypatch):
 def test_closing_the_native_env_ends_ale_pys_envs_and_their_threads(tmp_path):
     """ale-py's AtariVectorEnv has no close of its own: its C++ threads end when it is deleted. envs.close() (the run's
     end, Ctrl-C included) lets go of every group and the video twin, so that an IPython session holding `envs` after a
-    %run keeps no emulator threads."""
+    %run keeps no emulator threads (nor the frames of the game the video was recording)."""
     threads = lambda: len(os.listdir("/proc/self/task"))  # noqa: E731
     gc.collect()  # an earlier in-process run's envs, if any, go first
     before = threads()
     envs = load(SCRIPT).NativeAtari("BreakoutNoFrameskip-v4", 4, 2, str(tmp_path / "videos"))
     envs.reset(seed=1)
-    alive = [weakref.ref(env) for env in [*envs.vector_envs, envs.twin]]
+    alive = [weakref.ref(held) for held in [*envs.vector_envs, envs.twin, envs.clip[0]]]  # clip: the video's frames
     assert threads() > before
     envs.close()
     gc.collect()
-    assert [ref() for ref in alive] == [None, None, None] and threads() == before
+    assert [ref() for ref in alive] == [None] * 4 and threads() == before
 
 
 def test_native_env_refuses_ids_it_cannot_play(tmp_path):
