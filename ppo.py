@@ -15,7 +15,7 @@ import contextlib
 import errno
 import functools
 import glob
-import importlib.util
+import importlib
 import io
 import itertools
 import math

@@ -16,7 +16,7 @@ import reading_size  # noqa: E402
 TARGETS = {"ppo.py": 22000, "ppo_atari.py": 32000, "ppo_continuous_action.py": 27000, "ppo_rnn.py": 29500}
 MANAGEMENT_TARGET = 24000
 # where a target is not met yet, the size it has now, which only goes down (benchmark/results/reading/report.md)
-NOW = {"ppo_atari.py": 33686}
+NOW = {"ppo_atari.py": 33681}
 # issue 68 added to the management layer what a newcomer needs (the shareable model file, --upload-model, one run per
 # run dir, a finished resume, messages that name a fix): 26,441 characters before it, 36,271 after; the size it has
 # now, which only goes down
